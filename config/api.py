@@ -1,0 +1,35 @@
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from ninja import NinjaAPI
+from ninja.security import django_auth
+
+from workspaces.api import ApiKeyAuth
+from workspaces.api import router as workspaces_router
+from workspaces.services import ServiceError
+
+api = NinjaAPI(
+    title="Kestrel API",
+    version="1",
+    description=(
+        "Send `Authorization: Bearer ksk_…` with a workspace API key, or use the browser "
+        "session. A key reaches only its own workspace and only what its scopes allow."
+    ),
+    auth=[ApiKeyAuth(), django_auth],
+    urls_namespace="api",
+)
+api.add_router("/", workspaces_router)
+
+
+@api.exception_handler(PermissionDenied)
+def _permission_denied(request, exc):
+    return api.create_response(request, {"detail": str(exc) or "Forbidden."}, status=403)
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return api.create_response(request, {"detail": str(exc) or "Not found."}, status=404)
+
+
+@api.exception_handler(ServiceError)
+def _service_error(request, exc):
+    return api.create_response(request, {"detail": str(exc)}, status=400)

@@ -1,0 +1,13 @@
+"""Settings for the test suite: the real PostgreSQL and Redis, never SQLite."""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kestrel")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
+os.environ.setdefault("CACHE_KEY_PREFIX", "kestrel-test")
+os.environ.setdefault("DJANGO_ENV", "development")
+
+from config.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed only
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole suite against the real PostgreSQL and Redis (DATABASE_URL, REDIS_URL).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/kestrel}
+export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/14}
+export DJANGO_SETTINGS_MODULE=config.test_settings
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "Installing Debian chromium for the browser tests..."
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null
+fi
+.venv/bin/python manage.py collectstatic --noinput -v0
+exec .venv/bin/pytest "$@"

@@ -1,0 +1,205 @@
+"""JSON API for workspaces, members, projects and API keys (django-ninja, under /api/v1/)."""
+
+from datetime import datetime
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+from ninja.pagination import paginate
+from ninja.security import HttpBearer
+
+from workspaces import selectors, services
+from workspaces.models import ApiKey, Membership
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+
+
+class ApiKeyAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
+        return services.api_key_authenticate(raw=token)
+
+
+def _access(request: HttpRequest, slug: str, perm: Perm) -> WorkspaceAccess:
+    if isinstance(request.auth, ApiKey):
+        access = selectors.workspace_access_for_api_key(api_key=request.auth, slug=slug)
+    else:
+        access = selectors.workspace_access_for_user(user=request.user, slug=slug)
+    access.require(perm)
+    return access
+
+
+router = Router()
+
+
+class WorkspaceOut(Schema):
+    slug: str
+    name: str
+    is_personal: bool
+    plan: str
+    role: str
+
+
+class MemberOut(Schema):
+    id: int
+    email: str
+    role: str
+    joined_at: datetime
+
+    @staticmethod
+    def from_membership(m: Membership) -> "MemberOut":
+        return MemberOut(id=m.pk, email=m.user.email, role=m.role, joined_at=m.created_at)
+
+
+class RoleIn(Schema):
+    role: str
+
+
+class ProjectIn(Schema):
+    name: str
+    description: str = ""
+
+
+class ProjectPatch(Schema):
+    name: str | None = None
+    description: str | None = None
+
+
+class ProjectOut(Schema):
+    id: int
+    name: str
+    description: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class KeyIn(Schema):
+    name: str
+    scopes: list[str]
+    expires_at: datetime | None = None
+
+
+class KeyOut(Schema):
+    id: int
+    name: str
+    prefix: str
+    scopes: list[str]
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class KeyCreated(KeyOut):
+    key: str
+
+
+def _workspace_out(access: WorkspaceAccess) -> WorkspaceOut:
+    ws = access.workspace
+    return WorkspaceOut(
+        slug=ws.slug, name=ws.name, is_personal=ws.is_personal, plan=ws.plan.name, role=access.role
+    )
+
+
+@router.get("/workspaces", response=list[WorkspaceOut], tags=["workspaces"])
+def workspace_list(request):
+    """The workspaces the caller can reach: a key sees only its own."""
+    if isinstance(request.auth, ApiKey):
+        slugs = [request.auth.workspace.slug]
+    else:
+        slugs = [w.slug for w in selectors.workspace_list_for_user(user=request.user)]
+    return [_workspace_out(_access(request, slug, Perm.READ)) for slug in slugs]
+
+
+@router.get("/workspaces/{slug}", response=WorkspaceOut, tags=["workspaces"])
+def workspace_get(request, slug: str):
+    return _workspace_out(_access(request, slug, Perm.READ))
+
+
+@router.get("/workspaces/{slug}/members", response=list[MemberOut], tags=["members"])
+@paginate
+def member_list(request, slug: str):
+    access = _access(request, slug, Perm.READ)
+    return [MemberOut.from_membership(m) for m in selectors.membership_list(workspace=access.workspace)]
+
+
+@router.patch("/workspaces/{slug}/members/{member_id}", response=MemberOut, tags=["members"])
+def member_update(request, slug: str, member_id: int, payload: RoleIn):
+    access = _access(request, slug, Perm.MANAGE_MEMBERS)
+    membership = selectors.membership_get(workspace=access.workspace, pk=member_id)
+    membership = services.membership_change_role(
+        access=access, membership=membership, role=payload.role
+    )
+    return MemberOut.from_membership(membership)
+
+
+@router.delete("/workspaces/{slug}/members/{member_id}", response={204: None}, tags=["members"])
+def member_remove(request, slug: str, member_id: int):
+    access = _access(request, slug, Perm.MANAGE_MEMBERS)
+    membership = selectors.membership_get(workspace=access.workspace, pk=member_id)
+    services.membership_remove(access=access, membership=membership)
+    return 204, None
+
+
+@router.get("/workspaces/{slug}/projects", response=list[ProjectOut], tags=["projects"])
+@paginate
+def project_list(request, slug: str):
+    access = _access(request, slug, Perm.READ)
+    return selectors.project_list(workspace=access.workspace)
+
+
+@router.post("/workspaces/{slug}/projects", response={201: ProjectOut}, tags=["projects"])
+def project_create(request, slug: str, payload: ProjectIn):
+    access = _access(request, slug, Perm.WRITE)
+    return 201, services.project_create(
+        access=access, name=payload.name, description=payload.description
+    )
+
+
+@router.get("/workspaces/{slug}/projects/{project_id}", response=ProjectOut, tags=["projects"])
+def project_get(request, slug: str, project_id: int):
+    access = _access(request, slug, Perm.READ)
+    return selectors.project_get(workspace=access.workspace, pk=project_id)
+
+
+@router.patch("/workspaces/{slug}/projects/{project_id}", response=ProjectOut, tags=["projects"])
+def project_update(request, slug: str, project_id: int, payload: ProjectPatch):
+    access = _access(request, slug, Perm.WRITE)
+    project = selectors.project_get(workspace=access.workspace, pk=project_id)
+    return services.project_update(
+        access=access,
+        project=project,
+        name=payload.name if payload.name is not None else project.name,
+        description=payload.description if payload.description is not None else project.description,
+    )
+
+
+@router.delete(
+    "/workspaces/{slug}/projects/{project_id}", response={204: None}, tags=["projects"]
+)
+def project_delete(request, slug: str, project_id: int):
+    access = _access(request, slug, Perm.WRITE)
+    project = selectors.project_get(workspace=access.workspace, pk=project_id)
+    services.project_delete(access=access, project=project, confirm_name=project.name)
+    return 204, None
+
+
+@router.get("/workspaces/{slug}/keys", response=list[KeyOut], tags=["keys"])
+def key_list(request, slug: str):
+    access = _access(request, slug, Perm.MANAGE_KEYS)
+    return selectors.api_key_list(workspace=access.workspace)
+
+
+@router.post("/workspaces/{slug}/keys", response={201: KeyCreated}, tags=["keys"])
+def key_create(request, slug: str, payload: KeyIn):
+    """Create a key. The `key` field is shown only in this response; store it now."""
+    access = _access(request, slug, Perm.MANAGE_KEYS)
+    key, raw = services.api_key_create(
+        access=access, name=payload.name, scopes=payload.scopes, expires_at=payload.expires_at
+    )
+    return 201, KeyCreated(**KeyOut.from_orm(key).dict(), key=raw)
+
+
+@router.delete("/workspaces/{slug}/keys/{key_id}", response={204: None}, tags=["keys"])
+def key_revoke(request, slug: str, key_id: int):
+    access = _access(request, slug, Perm.MANAGE_KEYS)
+    services.api_key_revoke(access=access, key=selectors.api_key_get(workspace=access.workspace, pk=key_id))
+    return 204, None

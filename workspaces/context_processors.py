@@ -1,0 +1,9 @@
+from workspaces.selectors import workspace_list_for_user
+
+
+def workspace_nav(request) -> dict:
+    """The header's workspace switcher: the user's workspaces, read once per page."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {"nav_workspaces": workspace_list_for_user(user=user)}

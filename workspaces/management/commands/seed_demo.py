@@ -1,0 +1,38 @@
+import secrets
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from billing.services import plans_seed
+from workspaces.models import Role, User, Workspace
+from workspaces.services import workspace_create_personal, workspace_create_team
+
+ADMIN_EMAIL = "admin@example.com"
+DEMO_TEAM = "Demo Team"
+
+
+class Command(BaseCommand):
+    help = "Seed the plans, a superuser admin@example.com and a demo team. Safe to run again."
+
+    @transaction.atomic
+    def handle(self, *args, **options) -> None:
+        plans = plans_seed()
+        self.stdout.write(f"Plans: {', '.join(p.name for p in plans)}")
+        admin = User.objects.filter(email=ADMIN_EMAIL).first()
+        if admin is None:
+            password = secrets.token_urlsafe(12)
+            admin = User.objects.create_superuser(email=ADMIN_EMAIL, password=password)
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Superuser {ADMIN_EMAIL} created. Password (shown once): {password}"
+                )
+            )
+        else:
+            self.stdout.write(f"Superuser {ADMIN_EMAIL} exists; its password is unchanged.")
+        workspace_create_personal(user=admin)
+        team = Workspace.objects.filter(
+            is_personal=False, name=DEMO_TEAM, memberships__user=admin, memberships__role=Role.OWNER
+        ).first()
+        if team is None:
+            team = workspace_create_team(user=admin, name=DEMO_TEAM)
+            self.stdout.write(f"Demo team workspace: /w/{team.slug}/")

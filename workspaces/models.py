@@ -1,0 +1,204 @@
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser, BaseUserManager
+from django.db import models
+from django.db.models.functions import Lower
+
+
+class UserManager(BaseUserManager):
+    use_in_migrations = True
+
+    def _create(self, email: str, password: str | None, **extra):
+        if not email:
+            raise ValueError("An email address is required.")
+        user = self.model(email=self.normalize_email(email), **extra)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_user(self, email: str, password: str | None = None, **extra):
+        extra.setdefault("is_staff", False)
+        extra.setdefault("is_superuser", False)
+        return self._create(email, password, **extra)
+
+    def create_superuser(self, email: str, password: str | None = None, **extra):
+        extra.update(is_staff=True, is_superuser=True)
+        return self._create(email, password, **extra)
+
+
+class User(AbstractUser):
+    """A person. The email address is the login; there is no username."""
+
+    username = None
+    email = models.EmailField("email address", unique=True)
+
+    USERNAME_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    objects = UserManager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(Lower("email"), name="workspaces_user_email_ci_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.email
+
+    @property
+    def display_name(self) -> str:
+        return self.get_full_name() or self.email
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    EDITOR = "editor", "Editor"
+    VIEWER = "viewer", "Viewer"
+
+
+class WorkspaceQuerySet(models.QuerySet):
+    def for_user(self, user) -> "WorkspaceQuerySet":
+        return self.filter(memberships__user=user)
+
+
+class Workspace(models.Model):
+    slug = models.SlugField(max_length=60, unique=True)
+    name = models.CharField(max_length=100)
+    is_personal = models.BooleanField(default=False)
+    plan = models.ForeignKey("billing.Plan", on_delete=models.PROTECT, related_name="workspaces")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = WorkspaceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-is_personal", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkspaceOwnedQuerySet(models.QuerySet):
+    """Rows that belong to a workspace are only ever reached through `.for_workspace(ws)`."""
+
+    def for_workspace(self, workspace: Workspace):
+        return self.filter(workspace=workspace)
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "user"], name="membership_unique_user"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=Role.values), name="membership_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.workspace} ({self.role})"
+
+
+class Invitation(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                "workspace",
+                Lower("email"),
+                condition=models.Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="invitation_one_open_per_email",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(role__in=Role.values), name="invitation_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} → {self.workspace} ({self.role})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.accepted_at is None and self.revoked_at is None
+
+
+class Project(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="projects")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                "workspace", Lower("name"), name="project_name_unique_in_workspace"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKeyScope(models.TextChoices):
+    READ = "read", "Read"
+    WRITE = "write", "Write"
+    TRAIN = "train", "Train"
+    PREDICT = "predict", "Predict"
+
+
+class ApiKey(models.Model):
+    """A workspace API key. Only the SHA-256 of the full key is stored; the prefix finds it."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (ksk_{self.prefix}_…)"

@@ -1,0 +1,418 @@
+"""Writes. Every change to users' workspaces goes through one of these functions."""
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+
+from django.conf import settings
+from django.core import signing
+from django.core.exceptions import PermissionDenied
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.text import slugify
+
+from billing.services import plan_default
+from workspaces.models import (
+    ApiKey,
+    ApiKeyScope,
+    Invitation,
+    Membership,
+    Project,
+    Role,
+    User,
+    Workspace,
+)
+from workspaces.permissions import ROLE_RANK, Perm, roles_assignable_by
+from workspaces.selectors import WorkspaceAccess, workspace_seats_used
+
+
+class ServiceError(Exception):
+    """A request that cannot be carried out, with a message a person can act on."""
+
+
+# --- workspaces -------------------------------------------------------------------------------
+
+
+def _unique_slug(name: str) -> str:
+    base = slugify(name)[:50] or "workspace"
+    slug, n = base, 1
+    while Workspace.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return slug
+
+
+def _workspace_create(*, user: User, name: str, is_personal: bool) -> Workspace:
+    workspace = Workspace.objects.create(
+        slug=_unique_slug(name),
+        name=name,
+        is_personal=is_personal,
+        plan=plan_default(),
+        created_by=user,
+    )
+    Membership.objects.create(workspace=workspace, user=user, role=Role.OWNER)
+    return workspace
+
+
+@transaction.atomic
+def workspace_create_personal(*, user: User) -> Workspace:
+    existing = Workspace.objects.filter(is_personal=True, created_by=user).first()
+    if existing is not None:
+        return existing
+    local_part = user.email.split("@", 1)[0]
+    return _workspace_create(user=user, name=local_part, is_personal=True)
+
+
+@transaction.atomic
+def workspace_create_team(*, user: User, name: str) -> Workspace:
+    name = name.strip()
+    if not name:
+        raise ServiceError("Give the workspace a name.")
+    return _workspace_create(user=user, name=name, is_personal=False)
+
+
+@transaction.atomic
+def workspace_rename(*, access: WorkspaceAccess, name: str) -> Workspace:
+    access.require(Perm.MANAGE_WORKSPACE)
+    name = name.strip()
+    if not name:
+        raise ServiceError("Give the workspace a name.")
+    workspace = access.workspace
+    workspace.name = name
+    workspace.save(update_fields=["name"])
+    return workspace
+
+
+@transaction.atomic
+def workspace_delete(*, access: WorkspaceAccess, confirm_slug: str) -> None:
+    access.require(Perm.DELETE_WORKSPACE)
+    if access.workspace.is_personal:
+        raise ServiceError("Your personal workspace cannot be deleted.")
+    if confirm_slug.strip() != access.workspace.slug:
+        raise ServiceError(f"Type {access.workspace.slug} to confirm the deletion.")
+    access.workspace.delete()
+
+
+@transaction.atomic
+def workspace_transfer_ownership(*, access: WorkspaceAccess, membership: Membership) -> None:
+    """Make another member the owner; the current owner stays on as an admin."""
+    access.require(Perm.TRANSFER_OWNERSHIP)
+    if membership.user_id == access.user.pk:
+        raise ServiceError("You already own this workspace.")
+    if access.workspace.is_personal:
+        raise ServiceError("A personal workspace cannot change hands.")
+    Membership.objects.filter(pk=membership.pk).update(role=Role.OWNER)
+    Membership.objects.filter(workspace=access.workspace, user=access.user).update(
+        role=Role.ADMIN
+    )
+
+
+# --- members ----------------------------------------------------------------------------------
+
+
+def _owners_locked(workspace: Workspace) -> list[Membership]:
+    return list(
+        Membership.objects.select_for_update()
+        .filter(workspace=workspace, role=Role.OWNER)
+        .order_by("pk")
+    )
+
+
+def _check_can_manage(access: WorkspaceAccess, membership: Membership) -> None:
+    access.require(Perm.MANAGE_MEMBERS)
+    if ROLE_RANK[membership.role] > ROLE_RANK[access.role]:
+        raise PermissionDenied("Only an owner can change another owner.")
+
+
+@transaction.atomic
+def membership_change_role(
+    *, access: WorkspaceAccess, membership: Membership, role: str
+) -> Membership:
+    _check_can_manage(access, membership)
+    if role not in roles_assignable_by(access.role):
+        raise ServiceError(f"You cannot give the role “{role}”.")
+    if membership.user_id == access.user.pk:
+        raise ServiceError("You cannot change your own role.")
+    owners = _owners_locked(access.workspace)
+    if membership.role == Role.OWNER and role != Role.OWNER and len(owners) <= 1:
+        raise ServiceError("A workspace needs at least one owner.")
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, access: WorkspaceAccess, membership: Membership) -> None:
+    if membership.user_id == access.user.pk:
+        raise ServiceError("To remove yourself, leave the workspace.")
+    _check_can_manage(access, membership)
+    owners = _owners_locked(access.workspace)
+    if membership.role == Role.OWNER and len(owners) <= 1:
+        raise ServiceError("A workspace needs at least one owner.")
+    membership.delete()
+
+
+@transaction.atomic
+def membership_leave(*, access: WorkspaceAccess) -> None:
+    workspace = access.workspace
+    if workspace.is_personal:
+        raise ServiceError("You cannot leave your personal workspace.")
+    owners = _owners_locked(workspace)
+    if access.role == Role.OWNER and len(owners) <= 1:
+        raise ServiceError(
+            "You are the last owner. Make another member owner first, or delete the workspace."
+        )
+    Membership.objects.filter(workspace=workspace, user=access.user).delete()
+
+
+# --- invitations ------------------------------------------------------------------------------
+
+_INVITE_SALT = "kestrel.invitation"
+
+
+def invitation_token(invitation: Invitation) -> str:
+    return signing.dumps({"i": invitation.pk}, salt=_INVITE_SALT, compress=True)
+
+
+def invitation_from_token(token: str) -> Invitation:
+    """The invitation a link names, or ServiceError saying why the link cannot be used."""
+    try:
+        data = signing.loads(
+            token, salt=_INVITE_SALT, max_age=settings.INVITATION_MAX_AGE.total_seconds()
+        )
+    except signing.SignatureExpired:
+        raise ServiceError("This invitation has expired. Ask for a new one.") from None
+    except signing.BadSignature:
+        raise ServiceError("This invitation link is not valid.") from None
+    invitation = (
+        Invitation.objects.select_related("workspace", "invited_by")
+        .filter(pk=data.get("i") if isinstance(data, dict) else None)
+        .first()
+    )
+    if invitation is None or invitation.revoked_at is not None:
+        raise ServiceError("This invitation was withdrawn.")
+    if invitation.accepted_at is not None:
+        raise ServiceError("This invitation has already been used.")
+    if invitation.expires_at <= timezone.now():
+        raise ServiceError("This invitation has expired. Ask for a new one.")
+    return invitation
+
+
+def invitation_accept_url(invitation: Invitation, *, base_url: str) -> str:
+    path = reverse("invitation_accept", kwargs={"token": invitation_token(invitation)})
+    return base_url.rstrip("/") + path
+
+
+@transaction.atomic
+def invitation_create(
+    *, access: WorkspaceAccess, email: str, role: str, base_url: str
+) -> Invitation:
+    """Invite someone by email; inviting the same address again renews the open invitation."""
+    access.require(Perm.MANAGE_MEMBERS)
+    workspace = Workspace.objects.select_for_update().get(pk=access.workspace.pk)
+    email = User.objects.normalize_email(email.strip())
+    if workspace.is_personal:
+        raise ServiceError("Personal workspaces have one member. Create a team to invite people.")
+    if role not in roles_assignable_by(access.role):
+        raise ServiceError(f"You cannot invite someone as “{role}”.")
+    if Membership.objects.filter(workspace=workspace, user__email__iexact=email).exists():
+        raise ServiceError(f"{email} is already a member.")
+    now = timezone.now()
+    invitation = (
+        Invitation.objects.for_workspace(workspace)
+        .filter(email__iexact=email, accepted_at__isnull=True, revoked_at__isnull=True)
+        .first()
+    )
+    if invitation is None:
+        if workspace_seats_used(workspace=workspace) >= workspace.plan.max_seats:
+            raise ServiceError(
+                f"The {workspace.plan.name} plan allows {workspace.plan.max_seats} seats, "
+                "counting pending invitations. Remove someone or change plan."
+            )
+        invitation = Invitation(workspace=workspace, email=email)
+    invitation.role = role
+    invitation.invited_by = access.user
+    invitation.expires_at = now + settings.INVITATION_MAX_AGE
+    invitation.save()
+    url = invitation_accept_url(invitation, base_url=base_url)
+    inviter = access.user.display_name
+    transaction.on_commit(
+        lambda: send_mail(
+            subject=f"{inviter} invited you to {workspace.name} on Kestrel",
+            message=(
+                f"{inviter} invited you to join the workspace “{workspace.name}” on Kestrel "
+                f"as {Role(role).label.lower()}.\n\nAccept the invitation (valid for "
+                f"{settings.INVITATION_MAX_AGE.days} days):\n{url}\n"
+            ),
+            from_email=None,
+            recipient_list=[email],
+        )
+    )
+    return invitation
+
+
+@transaction.atomic
+def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
+    invitation = Invitation.objects.select_for_update().select_related("workspace").get(
+        pk=invitation.pk
+    )
+    if invitation.accepted_at is not None:
+        raise ServiceError("This invitation has already been used.")
+    if invitation.revoked_at is not None:
+        raise ServiceError("This invitation was withdrawn.")
+    if invitation.expires_at <= timezone.now():
+        raise ServiceError("This invitation has expired. Ask for a new one.")
+    if invitation.email.lower() != user.email.lower():
+        raise ServiceError(
+            f"This invitation was sent to {invitation.email}, but you are signed in as "
+            f"{user.email}. Sign in with the invited address."
+        )
+    membership = Membership.objects.filter(workspace=invitation.workspace, user=user).first()
+    if membership is None:
+        membership = Membership.objects.create(
+            workspace=invitation.workspace, user=user, role=invitation.role
+        )
+    invitation.accepted_at = timezone.now()
+    invitation.accepted_by = user
+    invitation.save(update_fields=["accepted_at", "accepted_by"])
+    return membership
+
+
+@transaction.atomic
+def invitation_revoke(*, access: WorkspaceAccess, invitation: Invitation) -> None:
+    access.require(Perm.MANAGE_MEMBERS)
+    invitation.revoked_at = timezone.now()
+    invitation.save(update_fields=["revoked_at"])
+
+
+def invitations_purge_expired(*, older_than: datetime | None = None) -> int:
+    """Delete open invitations that expired; accepted ones stay as the record of who joined."""
+    cutoff = older_than or timezone.now()
+    deleted, _ = Invitation.objects.filter(accepted_at__isnull=True, expires_at__lt=cutoff).delete()
+    return deleted
+
+
+# --- projects ---------------------------------------------------------------------------------
+
+
+def _project_save(project: Project, update_fields: list[str] | None = None) -> Project:
+    try:
+        with transaction.atomic():
+            project.save(update_fields=update_fields)
+    except IntegrityError:
+        raise ServiceError(f"A project named “{project.name}” already exists here.") from None
+    return project
+
+
+def _clean_name(name: str) -> str:
+    name = name.strip()
+    if not name:
+        raise ServiceError("Give the project a name.")
+    return name
+
+
+@transaction.atomic
+def project_create(*, access: WorkspaceAccess, name: str, description: str = "") -> Project:
+    access.require(Perm.WRITE)
+    project = Project(
+        workspace=access.workspace,
+        name=_clean_name(name),
+        description=description.strip(),
+        created_by=access.user,
+    )
+    return _project_save(project)
+
+
+@transaction.atomic
+def project_update(
+    *, access: WorkspaceAccess, project: Project, name: str, description: str
+) -> Project:
+    access.require(Perm.WRITE)
+    project.name = _clean_name(name)
+    project.description = description.strip()
+    return _project_save(project, update_fields=["name", "description", "updated_at"])
+
+
+@transaction.atomic
+def project_delete(*, access: WorkspaceAccess, project: Project, confirm_name: str) -> None:
+    access.require(Perm.WRITE)
+    if confirm_name.strip() != project.name:
+        raise ServiceError(f"Type the project name “{project.name}” to confirm.")
+    project.delete()
+
+
+# --- API keys ---------------------------------------------------------------------------------
+
+API_KEY_PREFIX_BYTES = 6  # 12 hex characters
+API_KEY_SECRET_BYTES = 32
+
+
+def _api_key_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@transaction.atomic
+def api_key_create(
+    *,
+    access: WorkspaceAccess,
+    name: str,
+    scopes: list[str],
+    expires_at: datetime | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key; the plaintext is returned once and never stored."""
+    access.require(Perm.MANAGE_KEYS)
+    name = name.strip()
+    if not name:
+        raise ServiceError("Give the key a name, so you know later what uses it.")
+    unknown = set(scopes) - set(ApiKeyScope.values)
+    if unknown or not scopes:
+        raise ServiceError(f"Choose scopes among: {', '.join(ApiKeyScope.values)}.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ServiceError("The expiry must be in the future.")
+    prefix = secrets.token_hex(API_KEY_PREFIX_BYTES)
+    raw = f"ksk_{prefix}_{secrets.token_urlsafe(API_KEY_SECRET_BYTES)}"
+    key = ApiKey.objects.create(
+        workspace=access.workspace,
+        name=name,
+        prefix=prefix,
+        key_hash=_api_key_hash(raw),
+        scopes=sorted(set(scopes), key=ApiKeyScope.values.index),
+        created_by=access.user,
+        expires_at=expires_at,
+    )
+    return key, raw
+
+
+@transaction.atomic
+def api_key_revoke(*, access: WorkspaceAccess, key: ApiKey) -> None:
+    access.require(Perm.MANAGE_KEYS)
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+
+
+def api_key_authenticate(*, raw: str) -> ApiKey | None:
+    """The live key for a presented secret, or None (malformed, unknown, revoked, expired)."""
+    parts = raw.split("_", 2)
+    if len(parts) != 3 or parts[0] != "ksk" or len(parts[1]) != API_KEY_PREFIX_BYTES * 2:
+        return None
+    key = (
+        ApiKey.objects.select_related("workspace", "created_by")
+        .filter(prefix=parts[1])
+        .first()
+    )
+    if key is None or not hmac.compare_digest(key.key_hash, _api_key_hash(raw)):
+        return None
+    now = timezone.now()
+    if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
+        return None
+    if not key.created_by.is_active:
+        return None
+    if key.last_used_at is None or now - key.last_used_at > settings.API_KEY_LAST_USED_RESOLUTION:
+        # Written at most once a minute per key, so a busy key does not write on every call.
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        key.last_used_at = now
+    return key
