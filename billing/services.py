@@ -3,7 +3,7 @@ from django.db import transaction
 from billing.models import Plan
 
 DEFAULT_PLANS = [
-    {"slug": "free", "name": "Free", "max_seats": 3, "is_default": True, "sort_order": 0},
+    {"slug": "free", "name": "Free", "max_seats": 5, "is_default": True, "sort_order": 0},
     {"slug": "pro", "name": "Pro", "max_seats": 20, "is_default": False, "sort_order": 1},
     {"slug": "enterprise", "name": "Enterprise", "max_seats": 500, "sort_order": 2},
 ]

@@ -11,3 +11,5 @@ from config.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # speed only
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+# Several suites on one machine (a developer's and CI's) each get their own test database.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("KESTREL_TEST_DB", "test_kestrel")}  # noqa: F405

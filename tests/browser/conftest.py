@@ -1,0 +1,109 @@
+"""Fixtures for the browser tests: Debian chromium driven by Playwright's sync API.
+
+Run with: DJANGO_SETTINGS_MODULE=config.test_settings .venv/bin/pytest tests/browser -q
+(after `manage.py collectstatic`). The tests use pytest-django's live_server, which serves the
+app and its static files from a thread of the test process, so mailoutbox sees its email.
+"""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+# Playwright's sync API runs an asyncio event loop in the test thread; Django would otherwise
+# refuse ORM calls made from that thread (SynchronousOnlyOperation), e.g. the database flush
+# that transactional_db does at teardown.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT_DIR = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def chromium_browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@dataclass
+class BrowserProblems:
+    """Console errors, uncaught exceptions and failed requests seen by any page."""
+
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)
+    bad_responses: list[str] = field(default_factory=list)
+
+    def watch(self, page, label: str) -> None:
+        page.on(
+            "console",
+            lambda msg: msg.type == "error"
+            and self.console_errors.append(f"[{label}] {msg.text} @ {msg.location.get('url')}"),
+        )
+        page.on("pageerror", lambda exc: self.page_errors.append(f"[{label}] {exc}"))
+        page.on(
+            "requestfailed",
+            lambda req: self.failed_requests.append(f"[{label}] {req.url}: {req.failure}"),
+        )
+        page.on(
+            "response",
+            lambda resp: resp.status >= 400
+            and self.bad_responses.append(f"[{label}] {resp.status} {resp.url}"),
+        )
+
+
+@pytest.fixture
+def browser_problems() -> BrowserProblems:
+    return BrowserProblems()
+
+
+@pytest.fixture
+def new_page(chromium_browser, browser_problems, live_server):
+    """new_page(label) -> a page in a fresh browser context (own cookies), watched for errors."""
+    contexts = []
+
+    def make(label: str):
+        context = chromium_browser.new_context(
+            base_url=live_server.url, viewport={"width": 1280, "height": 800}
+        )
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        page = context.new_page()
+        browser_problems.watch(page, label)
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def screenshot(request):
+    """screenshot(page, name) saves var/screenshots/<test>-NN-<name>.png, numbered in order."""
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    counter = iter(range(1, 100))
+    test_name = request.node.name
+
+    def shoot(page, name: str) -> Path:
+        path = SCREENSHOT_DIR / f"{test_name}-{next(counter):02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return shoot
