@@ -25,7 +25,13 @@ APP_SERVICES = ("web", "worker", "beat", "gpu-worker")
 ALL_SERVICES = ("postgres", "redis", "minio", "minio-init", *APP_SERVICES)
 ENV_READERS = {"str", "bool", "list", "int", "db_url", "email_url"}
 # Variables whose value is a URL to another container: its host must be a compose service.
-URL_VARIABLES = ("DATABASE_URL", "REDIS_URL", "CACHE_URL", "CELERY_BROKER_URL", "AWS_S3_ENDPOINT_URL")
+URL_VARIABLES = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CACHE_URL",
+    "CELERY_BROKER_URL",
+    "AWS_S3_ENDPOINT_URL",
+)
 
 
 def settings_env_names() -> set[str]:
@@ -96,7 +102,9 @@ def test_app_services_run_production_against_compose_hosts(services):
     for name in APP_SERVICES:
         env = service_env(services[name])
         assert env["DJANGO_ENV"] == "production", name
-        assert env["SECRET_KEY"].startswith("${SECRET_KEY:?"), f"{name}: SECRET_KEY must be required"
+        assert env["SECRET_KEY"].startswith("${SECRET_KEY:?"), (
+            f"{name}: SECRET_KEY must be required"
+        )
         assert "ALLOWED_HOSTS" in env, name
         assert "DATABASE_URL" in env and "REDIS_URL" in env, name
         for variable in URL_VARIABLES:
@@ -135,7 +143,8 @@ def test_object_storage_uses_minio_root_user(services):
 def test_commands(services):
     web = " ".join(command_words(services["web"]))
     assert re.search(
-        r"migrate --noinput && python manage.py seed_demo && (exec )?uvicorn config\.asgi:application",
+        r"migrate --noinput && python manage.py seed_demo"
+        r" && (exec )?uvicorn config\.asgi:application",
         web,
     ), web
     worker = command_words(services["worker"])

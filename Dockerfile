@@ -1,0 +1,42 @@
+# Kestrel: one image for web (uvicorn), Celery workers and beat. See docker-compose.yml.
+FROM python:3.11-slim
+
+# PYTHONPATH=/app: every process (uvicorn, celery, manage.py) imports config/, workspaces/ and
+# billing/ from /app, never the copy `pip install .` puts in site-packages, so BASE_DIR is /app
+# and templates/, static/ and var/ are found.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONPATH=/app \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    DJANGO_ENV=production
+
+WORKDIR /app
+
+# Dependencies in their own layer: rebuilt only when pyproject.toml changes.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+COPY . .
+RUN pip install --no-deps . \
+    && rm -rf build ./*.egg-info
+
+# Static files are collected at build time. Production settings refuse to load without
+# SECRET_KEY and ALLOWED_HOSTS: these two are dummies for this one command only and are not
+# kept in the image's environment; the real ones come at run time.
+RUN SECRET_KEY=collectstatic-build-only-not-a-secret ALLOWED_HOSTS=localhost \
+        python manage.py collectstatic --noinput -v0
+
+# Non-root user; it may write only var/ (media when no bucket is set, celery beat's schedule).
+RUN useradd --system --user-group --uid 10001 --home-dir /app --no-create-home \
+        --shell /usr/sbin/nologin kestrel \
+    && mkdir -p var/media \
+    && chown kestrel:kestrel var var/media
+USER kestrel
+
+EXPOSE 8000
+CMD ["uvicorn", "config.asgi:application", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,263 @@
+"""Every route and API operation × every kind of caller.
+
+A route or API operation without a row here fails `test_every_route_has_a_row`, so no future
+page can skip the tenancy and role checks.
+"""
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+from django.contrib import admin
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
+
+from config.api import api
+from tests.workspaces.factories import ProjectFactory
+from workspaces.models import Invitation, Membership
+from workspaces.services import api_key_create, invitation_token
+
+ROLES = ["viewer", "editor", "admin", "owner"]
+ACTORS = ["anonymous", *ROLES, "stranger"]
+OUR_APPS = {"workspaces", "datasets", "annotation", "training", "billing", "deploy", "config"}
+LOGIN = "login"  # expected: 302 to the login page
+
+
+@dataclass
+class Row:
+    route: str
+    method: str
+    min_role: str | None  # None: not tied to a workspace
+    ok: int
+    kwargs: dict = field(default_factory=dict)  # values are names of context objects or literals
+    data: dict = field(default_factory=dict)
+    # expectation overrides for callers not in the workspace
+    anonymous: object = LOGIN
+    stranger: object = 404
+
+
+def _ws(**kw):
+    return {"ws_slug": "acme", **kw}
+
+
+ROUTES = [
+    Row("home", "get", None, 302, anonymous=200, stranger=302),
+    Row("workspace_create", "get", None, 200, stranger=200),
+    Row("workspace_create", "post", None, 302, data={"name": "New team"}, stranger=302),
+    Row("invitation_accept", "get", None, 200, kwargs={"token": "@token"}, anonymous=200, stranger=200),
+    Row("invitation_accept", "post", None, 200, kwargs={"token": "@token"}, stranger=200),
+    Row("workspace_detail", "get", "viewer", 200, _ws()),
+    Row("workspace_settings", "get", "viewer", 200, _ws()),
+    Row("workspace_settings", "post", "admin", 302, _ws(), {"name": "Renamed"}),
+    Row("workspace_delete", "post", "owner", 302, _ws(), {"confirm": "acme"}),
+    Row("workspace_transfer", "post", "owner", 302, _ws(), {"membership": "@editor_membership"}),
+    Row("workspace_leave", "get", "viewer", 200, _ws()),
+    Row("workspace_leave", "post", "viewer", 302, _ws()),
+    Row("workspace_billing", "get", "admin", 200, _ws()),
+    Row("member_list", "get", "admin", 200, _ws()),
+    Row("member_invite", "post", "admin", 302, _ws(), {"email": "n@acme.test", "role": "viewer"}),
+    Row("member_role", "post", "admin", 302, _ws(pk="@editor_membership"), {"role": "viewer"}),
+    Row("member_remove", "post", "admin", 302, _ws(pk="@viewer_membership")),
+    Row("invitation_revoke", "post", "admin", 302, _ws(pk="@invitation")),
+    Row("project_list", "get", "viewer", 200, _ws()),
+    Row("project_create", "get", "editor", 200, _ws()),
+    Row("project_create", "post", "editor", 302, _ws(), {"name": "Fresh"}),
+    Row("project_detail", "get", "viewer", 200, _ws(pk="@project")),
+    Row("project_edit", "get", "editor", 200, _ws(pk="@project")),
+    Row("project_edit", "post", "editor", 302, _ws(pk="@project"), {"name": "Renamed"}),
+    Row("project_delete", "get", "editor", 200, _ws(pk="@project")),
+    Row("project_delete", "post", "editor", 302, _ws(pk="@project"), {"confirm": "Birds"}),
+    Row("api_key_list", "get", "admin", 200, _ws()),
+    Row("api_key_list", "post", "admin", 200, _ws(), {"name": "k", "scopes": ["read"]}),
+    Row("api_key_revoke", "post", "admin", 302, _ws(pk="@api_key")),
+]
+
+
+@dataclass
+class ApiRow:
+    path: str  # as in the OpenAPI schema
+    method: str
+    min_role: str
+    scope: str
+    ok: int
+    body: dict | None = None
+
+
+API = [
+    ApiRow("/api/v1/workspaces", "get", "viewer", "read", 200),
+    ApiRow("/api/v1/workspaces/{slug}", "get", "viewer", "read", 200),
+    ApiRow("/api/v1/workspaces/{slug}/members", "get", "viewer", "read", 200),
+    ApiRow("/api/v1/workspaces/{slug}/members/{member_id}", "patch", "admin", "write", 200, {"role": "viewer"}),
+    ApiRow("/api/v1/workspaces/{slug}/members/{member_id}", "delete", "admin", "write", 204),
+    ApiRow("/api/v1/workspaces/{slug}/projects", "get", "viewer", "read", 200),
+    ApiRow("/api/v1/workspaces/{slug}/projects", "post", "editor", "write", 201, {"name": "Fresh"}),
+    ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "get", "viewer", "read", 200),
+    ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "patch", "editor", "write", 200, {"name": "X"}),
+    ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "delete", "editor", "write", 204),
+    ApiRow("/api/v1/workspaces/{slug}/keys", "get", "admin", "write", 200),
+    ApiRow("/api/v1/workspaces/{slug}/keys", "post", "admin", "write", 201, {"name": "k", "scopes": ["read"]}),
+    ApiRow("/api/v1/workspaces/{slug}/keys/{key_id}", "delete", "admin", "write", 204),
+]
+API_ACTORS = [*ACTORS, "key_with_scope", "key_without_scope", "key_of_other_workspace"]
+
+
+def _our_route_names(patterns=None, prefix="") -> set[str]:
+    names = set()
+    for p in patterns if patterns is not None else get_resolver().url_patterns:
+        if isinstance(p, URLResolver):
+            if p.namespace in {"admin", "api"}:
+                continue
+            names |= _our_route_names(p.url_patterns, prefix)
+        elif isinstance(p, URLPattern) and p.name:
+            module = getattr(p.callback, "__module__", "")
+            if module.split(".")[0] in OUR_APPS:
+                names.add(p.name)
+    return names
+
+
+def test_every_route_has_a_row():
+    missing = _our_route_names() - {r.route for r in ROUTES}
+    assert not missing, f"add these routes to the authorisation matrix: {sorted(missing)}"
+
+
+def test_every_api_operation_has_a_row():
+    schema = api.get_openapi_schema()
+    operations = {
+        (path, method)
+        for path, methods in schema["paths"].items()
+        for method in methods
+    }
+    rows = {(r.path, r.method) for r in API}
+    assert operations - rows == set(), f"add these API operations: {sorted(operations - rows)}"
+    assert rows - operations == set()
+
+
+@pytest.fixture
+def ctx(team, stranger):
+    project = ProjectFactory(workspace=team.workspace, name="Birds")
+    invitation = Invitation.objects.create(
+        workspace=team.workspace,
+        email="invitee@acme.test",
+        role="editor",
+        expires_at=timezone.now() + timedelta(days=14),
+    )
+    _, key_raw = api_key_create(access=team.access("owner"), name="k", scopes=["read"])
+    key = team.workspace.api_keys.get()
+    return {
+        "team": team,
+        "stranger": stranger,
+        "project": project.pk,
+        "invitation": invitation.pk,
+        "token": invitation_token(invitation),
+        "api_key": key.pk,
+        "editor_membership": Membership.objects.get(user=team.editor).pk,
+        "viewer_membership": Membership.objects.get(user=team.viewer).pk,
+    }
+
+
+def _resolve(values: dict, ctx: dict) -> dict:
+    return {
+        k: ctx[v[1:]] if isinstance(v, str) and v.startswith("@") else v for k, v in values.items()
+    }
+
+
+def _expected(row, actor: str):
+    if actor == "anonymous":
+        return row.anonymous
+    if actor == "stranger":
+        return row.stranger
+    if row.min_role is None or ROLES.index(actor) >= ROLES.index(row.min_role):
+        return row.ok
+    return 403
+
+
+def _client_for(actor: str, ctx) -> Client:
+    client = Client()
+    if actor == "stranger":
+        client.force_login(ctx["stranger"])
+    elif actor != "anonymous":
+        client.force_login(ctx["team"].user(actor))
+    return client
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("actor", ACTORS)
+@pytest.mark.parametrize("row", ROUTES, ids=lambda r: f"{r.method}:{r.route}")
+def test_route(row: Row, actor: str, ctx):
+    url = reverse(row.route, kwargs=_resolve(row.kwargs, ctx))
+    client = _client_for(actor, ctx)
+    response = getattr(client, row.method)(url, _resolve(row.data, ctx))
+    expected = _expected(row, actor)
+    if expected == LOGIN:
+        assert response.status_code == 302, response.content[:300]
+        assert response["Location"].startswith(reverse("account_login"))
+    else:
+        assert response.status_code == expected, response.content[:500]
+    if response.status_code in (403, 404):
+        assert b"Acme Vision" not in response.content or actor != "stranger"
+
+
+def _api_client(actor: str, row: ApiRow, ctx) -> Client:
+    team = ctx["team"]
+    if actor.startswith("key"):
+        if actor == "key_of_other_workspace":
+            from workspaces.selectors import workspace_access_for_user
+
+            access = workspace_access_for_user(user=ctx["stranger"], slug="elsewhere")
+        else:
+            access = team.access("owner")
+        all_scopes = ["read", "write", "train", "predict"]
+        scopes = [row.scope] if actor != "key_without_scope" else [
+            s for s in all_scopes if s != row.scope
+        ]
+        _, raw = api_key_create(access=access, name="m", scopes=scopes)
+        return Client(headers={"Authorization": f"Bearer {raw}"})
+    return _client_for(actor, ctx)
+
+
+def _api_expected(row: ApiRow, actor: str) -> int:
+    if actor == "anonymous":
+        return 401
+    if actor in ("stranger", "key_of_other_workspace"):
+        return 404
+    if actor == "key_with_scope":
+        return row.ok
+    if actor == "key_without_scope":
+        return 403
+    return row.ok if ROLES.index(actor) >= ROLES.index(row.min_role) else 403
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("actor", API_ACTORS)
+@pytest.mark.parametrize("row", API, ids=lambda r: f"{r.method}:{r.path}")
+def test_api_operation(row: ApiRow, actor: str, ctx):
+    path = row.path.format(
+        slug="acme",
+        member_id=ctx["viewer_membership"],
+        project_id=ctx["project"],
+        key_id=ctx["api_key"],
+    )
+    client = _api_client(actor, row, ctx)
+    kwargs = {"content_type": "application/json"} if row.body is not None else {}
+    args = (row.body,) if row.body is not None else ()
+    response = getattr(client, row.method)(path, *args, **kwargs)
+    expected = _api_expected(row, actor)
+    if row.path == "/api/v1/workspaces" and expected == 404:
+        # Listing is not scoped by URL: outsiders get their own workspaces, never acme.
+        assert response.status_code == 200
+        assert "acme" not in {w["slug"] for w in response.json()}
+        return
+    assert response.status_code == expected, response.content[:500]
+
+
+@pytest.mark.django_db
+def test_admin_site_needs_staff_and_lists_every_model(client, team):
+    assert client.get("/admin/").status_code == 302
+    client.force_login(team.owner)  # owner of a workspace is not site staff
+    assert client.get("/admin/").status_code == 302
+    team.owner.is_staff = team.owner.is_superuser = True
+    team.owner.save()
+    for model in admin.site._registry:
+        url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+        assert client.get(url).status_code == 200, url
