@@ -45,7 +45,15 @@ ROUTES = [
     Row("home", "get", None, 302, anonymous=200, stranger=302),
     Row("workspace_create", "get", None, 200, stranger=200),
     Row("workspace_create", "post", None, 302, data={"name": "New team"}, stranger=302),
-    Row("invitation_accept", "get", None, 200, kwargs={"token": "@token"}, anonymous=200, stranger=200),
+    Row(
+        "invitation_accept",
+        "get",
+        None,
+        200,
+        kwargs={"token": "@token"},
+        anonymous=200,
+        stranger=200,
+    ),
     Row("invitation_accept", "post", None, 200, kwargs={"token": "@token"}, stranger=200),
     Row("workspace_detail", "get", "viewer", 200, _ws()),
     Row("workspace_settings", "get", "viewer", 200, _ws()),
@@ -88,15 +96,36 @@ API = [
     ApiRow("/api/v1/workspaces", "get", "viewer", "read", 200),
     ApiRow("/api/v1/workspaces/{slug}", "get", "viewer", "read", 200),
     ApiRow("/api/v1/workspaces/{slug}/members", "get", "viewer", "read", 200),
-    ApiRow("/api/v1/workspaces/{slug}/members/{member_id}", "patch", "admin", "write", 200, {"role": "viewer"}),
+    ApiRow(
+        "/api/v1/workspaces/{slug}/members/{member_id}",
+        "patch",
+        "admin",
+        "write",
+        200,
+        {"role": "viewer"},
+    ),
     ApiRow("/api/v1/workspaces/{slug}/members/{member_id}", "delete", "admin", "write", 204),
     ApiRow("/api/v1/workspaces/{slug}/projects", "get", "viewer", "read", 200),
     ApiRow("/api/v1/workspaces/{slug}/projects", "post", "editor", "write", 201, {"name": "Fresh"}),
     ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "get", "viewer", "read", 200),
-    ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "patch", "editor", "write", 200, {"name": "X"}),
+    ApiRow(
+        "/api/v1/workspaces/{slug}/projects/{project_id}",
+        "patch",
+        "editor",
+        "write",
+        200,
+        {"name": "X"},
+    ),
     ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "delete", "editor", "write", 204),
     ApiRow("/api/v1/workspaces/{slug}/keys", "get", "admin", "write", 200),
-    ApiRow("/api/v1/workspaces/{slug}/keys", "post", "admin", "write", 201, {"name": "k", "scopes": ["read"]}),
+    ApiRow(
+        "/api/v1/workspaces/{slug}/keys",
+        "post",
+        "admin",
+        "write",
+        201,
+        {"name": "k", "scopes": ["read"]},
+    ),
     ApiRow("/api/v1/workspaces/{slug}/keys/{key_id}", "delete", "admin", "write", 204),
 ]
 API_ACTORS = [*ACTORS, "key_with_scope", "key_without_scope", "key_of_other_workspace"]
@@ -123,11 +152,7 @@ def test_every_route_has_a_row():
 
 def test_every_api_operation_has_a_row():
     schema = api.get_openapi_schema()
-    operations = {
-        (path, method)
-        for path, methods in schema["paths"].items()
-        for method in methods
-    }
+    operations = {(path, method) for path, methods in schema["paths"].items() for method in methods}
     rows = {(r.path, r.method) for r in API}
     assert operations - rows == set(), f"add these API operations: {sorted(operations - rows)}"
     assert rows - operations == set()
@@ -208,9 +233,11 @@ def _api_client(actor: str, row: ApiRow, ctx) -> Client:
         else:
             access = team.access("owner")
         all_scopes = ["read", "write", "train", "predict"]
-        scopes = [row.scope] if actor != "key_without_scope" else [
-            s for s in all_scopes if s != row.scope
-        ]
+        scopes = (
+            [row.scope]
+            if actor != "key_without_scope"
+            else [s for s in all_scopes if s != row.scope]
+        )
         _, raw = api_key_create(access=access, name="m", scopes=scopes)
         return Client(headers={"Authorization": f"Bearer {raw}"})
     return _client_for(actor, ctx)

@@ -46,8 +46,20 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(Invitation)
 class InvitationAdmin(admin.ModelAdmin):
-    list_display = ["email", "workspace", "role", "created_at", "expires_at", "accepted_at", "revoked_at"]
-    list_filter = ["role", ("accepted_at", admin.EmptyFieldListFilter), ("revoked_at", admin.EmptyFieldListFilter)]
+    list_display = [
+        "email",
+        "workspace",
+        "role",
+        "created_at",
+        "expires_at",
+        "accepted_at",
+        "revoked_at",
+    ]
+    list_filter = [
+        "role",
+        ("accepted_at", admin.EmptyFieldListFilter),
+        ("revoked_at", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["email", "workspace__slug"]
     list_select_related = ["workspace"]
     raw_id_fields = ["workspace", "invited_by", "accepted_by"]
@@ -63,8 +75,21 @@ class ProjectAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["name", "prefix", "workspace", "scopes", "created_by", "created_at", "last_used_at", "expires_at", "revoked_at"]
-    list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter)]
+    list_display = [
+        "name",
+        "prefix",
+        "workspace",
+        "scopes",
+        "created_by",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    ]
+    list_filter = [
+        ("revoked_at", admin.EmptyFieldListFilter),
+        ("expires_at", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["name", "prefix", "workspace__slug"]
     list_select_related = ["workspace", "created_by"]
     raw_id_fields = ["workspace", "created_by"]

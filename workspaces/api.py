@@ -118,7 +118,9 @@ def workspace_get(request, slug: str):
 @paginate
 def member_list(request, slug: str):
     access = _access(request, slug, Perm.READ)
-    return [MemberOut.from_membership(m) for m in selectors.membership_list(workspace=access.workspace)]
+    return [
+        MemberOut.from_membership(m) for m in selectors.membership_list(workspace=access.workspace)
+    ]
 
 
 @router.patch("/workspaces/{slug}/members/{member_id}", response=MemberOut, tags=["members"])
@@ -172,9 +174,7 @@ def project_update(request, slug: str, project_id: int, payload: ProjectPatch):
     )
 
 
-@router.delete(
-    "/workspaces/{slug}/projects/{project_id}", response={204: None}, tags=["projects"]
-)
+@router.delete("/workspaces/{slug}/projects/{project_id}", response={204: None}, tags=["projects"])
 def project_delete(request, slug: str, project_id: int):
     access = _access(request, slug, Perm.WRITE)
     project = selectors.project_get(workspace=access.workspace, pk=project_id)
@@ -201,5 +201,7 @@ def key_create(request, slug: str, payload: KeyIn):
 @router.delete("/workspaces/{slug}/keys/{key_id}", response={204: None}, tags=["keys"])
 def key_revoke(request, slug: str, key_id: int):
     access = _access(request, slug, Perm.MANAGE_KEYS)
-    services.api_key_revoke(access=access, key=selectors.api_key_get(workspace=access.workspace, pk=key_id))
+    services.api_key_revoke(
+        access=access, key=selectors.api_key_get(workspace=access.workspace, pk=key_id)
+    )
     return 204, None

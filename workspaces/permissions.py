@@ -52,8 +52,11 @@ SCOPE_PERMISSIONS: dict[str, frozenset[Perm]] = {
 ROLE_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.ADMIN: 2, Role.OWNER: 3}
 
 PERM_REQUIRED_ROLE = {
-    perm: next(role for role in (Role.VIEWER, Role.EDITOR, Role.ADMIN, Role.OWNER)
-               if perm in ROLE_PERMISSIONS[role])
+    perm: next(
+        role
+        for role in (Role.VIEWER, Role.EDITOR, Role.ADMIN, Role.OWNER)
+        if perm in ROLE_PERMISSIONS[role]
+    )
     for perm in Perm
 }
 

@@ -85,9 +85,7 @@ def workspace_list_for_user(*, user: User) -> QuerySet[Workspace]:
 
 def membership_list(*, workspace: Workspace) -> QuerySet[Membership]:
     return (
-        Membership.objects.for_workspace(workspace)
-        .select_related("user")
-        .order_by("user__email")
+        Membership.objects.for_workspace(workspace).select_related("user").order_by("user__email")
     )
 
 

@@ -105,9 +105,7 @@ def workspace_transfer_ownership(*, access: WorkspaceAccess, membership: Members
     if access.workspace.is_personal:
         raise ServiceError("A personal workspace cannot change hands.")
     Membership.objects.filter(pk=membership.pk).update(role=Role.OWNER)
-    Membership.objects.filter(workspace=access.workspace, user=access.user).update(
-        role=Role.ADMIN
-    )
+    Membership.objects.filter(workspace=access.workspace, user=access.user).update(role=Role.ADMIN)
 
 
 # --- members ----------------------------------------------------------------------------------
@@ -256,8 +254,8 @@ def invitation_create(
 
 @transaction.atomic
 def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
-    invitation = Invitation.objects.select_for_update().select_related("workspace").get(
-        pk=invitation.pk
+    invitation = (
+        Invitation.objects.select_for_update().select_related("workspace").get(pk=invitation.pk)
     )
     if invitation.accepted_at is not None:
         raise ServiceError("This invitation has already been used.")
@@ -399,11 +397,7 @@ def api_key_authenticate(*, raw: str) -> ApiKey | None:
     parts = raw.split("_", 2)
     if len(parts) != 3 or parts[0] != "ksk" or len(parts[1]) != API_KEY_PREFIX_BYTES * 2:
         return None
-    key = (
-        ApiKey.objects.select_related("workspace", "created_by")
-        .filter(prefix=parts[1])
-        .first()
-    )
+    key = ApiKey.objects.select_related("workspace", "created_by").filter(prefix=parts[1]).first()
     if key is None or not hmac.compare_digest(key.key_hash, _api_key_hash(raw)):
         return None
     now = timezone.now()

@@ -27,9 +27,7 @@ urlpatterns = [
     path("w/<slug:ws_slug>/projects/new/", views.project_create, name="project_create"),
     path("w/<slug:ws_slug>/projects/<int:pk>/", views.project_detail, name="project_detail"),
     path("w/<slug:ws_slug>/projects/<int:pk>/edit/", views.project_edit, name="project_edit"),
-    path(
-        "w/<slug:ws_slug>/projects/<int:pk>/delete/", views.project_delete, name="project_delete"
-    ),
+    path("w/<slug:ws_slug>/projects/<int:pk>/delete/", views.project_delete, name="project_delete"),
     path("w/<slug:ws_slug>/keys/", views.api_key_list, name="api_key_list"),
     path("w/<slug:ws_slug>/keys/<int:pk>/revoke/", views.api_key_revoke, name="api_key_revoke"),
 ]

@@ -109,9 +109,7 @@ def workspace_settings(request, access: WorkspaceAccess) -> HttpResponse:
 def workspace_delete(request, access: WorkspaceAccess) -> HttpResponse:
     form = ConfirmForm(request.POST)
     try:
-        services.workspace_delete(
-            access=access, confirm_slug=form.data.get("confirm", "")
-        )
+        services.workspace_delete(access=access, confirm_slug=form.data.get("confirm", ""))
     except ServiceError as e:
         messages.error(request, str(e))
         return redirect("workspace_settings", ws_slug=access.workspace.slug)
@@ -206,7 +204,8 @@ def member_invite(request, access: WorkspaceAccess) -> HttpResponse:
                 invitation, base_url=request.build_absolute_uri("/")
             )
             messages.success(
-                request, f"Invitation sent to {invitation.email}. You can also share this link: {url}"
+                request,
+                f"Invitation sent to {invitation.email}. You can also share this link: {url}",
             )
             return redirect("member_list", ws_slug=access.workspace.slug)
     return render(
@@ -314,9 +313,7 @@ def project_create(request, access: WorkspaceAccess) -> HttpResponse:
 @workspace_view(Perm.READ)
 def project_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     project = selectors.project_get(workspace=access.workspace, pk=pk)
-    return render(
-        request, "workspaces/project_detail.html", {"access": access, "project": project}
-    )
+    return render(request, "workspaces/project_detail.html", {"access": access, "project": project})
 
 
 @workspace_view(Perm.WRITE)
@@ -385,11 +382,7 @@ def api_key_list(request, access: WorkspaceAccess) -> HttpResponse:
                 access=access,
                 name=form.cleaned_data["name"],
                 scopes=form.cleaned_data["scopes"],
-                expires_at=(
-                    datetime.combine(expires, time.min, tzinfo=UTC)
-                    if expires
-                    else None
-                ),
+                expires_at=(datetime.combine(expires, time.min, tzinfo=UTC) if expires else None),
             )
         except ServiceError as e:
             form.add_error(None, str(e))

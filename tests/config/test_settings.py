@@ -53,8 +53,13 @@ def test_production_refuses_to_start_without_a_secret_key():
 
 def test_production_has_secure_cookies_hsts_and_a_csp_without_inline_script():
     s = _settings(
-        ["DEBUG", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_HSTS_SECONDS",
-         "CONTENT_SECURITY_POLICY"],
+        [
+            "DEBUG",
+            "SESSION_COOKIE_SECURE",
+            "CSRF_COOKIE_SECURE",
+            "SECURE_HSTS_SECONDS",
+            "CONTENT_SECURITY_POLICY",
+        ],
         **PROD,
     )
     assert s["DEBUG"] is False

@@ -15,7 +15,13 @@ def _key(team, role="admin", scopes=("read", "write")):
 def test_key_lists_and_creates_projects(team):
     api = _key(team)
     assert api.get("/api/v1/workspaces").json() == [
-        {"slug": "acme", "name": "Acme Vision", "is_personal": False, "plan": "Pro", "role": "admin"}
+        {
+            "slug": "acme",
+            "name": "Acme Vision",
+            "is_personal": False,
+            "plan": "Pro",
+            "role": "admin",
+        }
     ]
     created = api.post(
         "/api/v1/workspaces/acme/projects",
@@ -27,7 +33,9 @@ def test_key_lists_and_creates_projects(team):
     listing = api.get("/api/v1/workspaces/acme/projects").json()
     assert listing["count"] == 1 and listing["items"][0]["name"] == "Birds"
     patched = api.patch(
-        f"/api/v1/workspaces/acme/projects/{pid}", {"name": "Raptors"}, content_type="application/json"
+        f"/api/v1/workspaces/acme/projects/{pid}",
+        {"name": "Raptors"},
+        content_type="application/json",
     )
     assert patched.json()["name"] == "Raptors" and patched.json()["description"] == "d"
     assert api.delete(f"/api/v1/workspaces/acme/projects/{pid}").status_code == 204
@@ -71,7 +79,9 @@ def test_key_is_capped_by_its_creators_current_role(team):
     assert api.get("/api/v1/workspaces/acme/keys").status_code == 403  # editors manage no keys
     member = Membership.objects.get(user=team.viewer)
     response = read_only.patch(
-        f"/api/v1/workspaces/acme/members/{member.pk}", {"role": "admin"}, content_type="application/json"
+        f"/api/v1/workspaces/acme/members/{member.pk}",
+        {"role": "admin"},
+        content_type="application/json",
     )
     assert response.status_code == 403
     member.refresh_from_db()
@@ -111,7 +121,9 @@ def test_revoked_key_gets_401(team):
 def test_key_creation_returns_plaintext_once(team):
     api = _key(team)
     created = api.post(
-        "/api/v1/workspaces/acme/keys", {"name": "bot", "scopes": ["predict"]}, content_type="application/json"
+        "/api/v1/workspaces/acme/keys",
+        {"name": "bot", "scopes": ["predict"]},
+        content_type="application/json",
     ).json()
     assert created["key"].startswith("ksk_" + created["prefix"])
     listed = api.get("/api/v1/workspaces/acme/keys").json()

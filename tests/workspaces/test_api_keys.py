@@ -32,9 +32,7 @@ def test_key_format_and_only_its_hash_is_stored(team):
 @pytest.mark.django_db
 def test_prefix_is_indexed_for_lookup(team):
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexdef FROM pg_indexes WHERE tablename = 'workspaces_apikey'"
-        )
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'workspaces_apikey'")
         indexes = [row[0] for row in cursor.fetchall()]
     assert any("(prefix" in index for index in indexes), indexes
 

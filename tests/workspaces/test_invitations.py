@@ -1,6 +1,6 @@
 import re
-from urllib.parse import quote
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from django.core import signing
@@ -206,6 +206,8 @@ def test_signup_creates_a_personal_workspace_and_login_uses_email(client, plans)
         {"email": "Fresh@Example.com", "password1": PASSWORD, "password2": PASSWORD},
     )
     assert response.status_code == 302
-    membership = Membership.objects.select_related("workspace").get(user__email__iexact="fresh@example.com")
+    membership = Membership.objects.select_related("workspace").get(
+        user__email__iexact="fresh@example.com"
+    )
     assert membership.workspace.is_personal and membership.role == Role.OWNER
     assert client.get("/").status_code == 302

@@ -35,9 +35,11 @@ def _login(port: int, email: str, password: str) -> str:
     base = f"http://127.0.0.1:{port}"
     # Both processes sit behind one host name, as behind a load balancer.
     headers = {"Host": HOST}
-    page = opener.open(
-        urllib.request.Request(f"{base}/accounts/login/", headers=headers), timeout=10
-    ).read().decode()
+    page = (
+        opener.open(urllib.request.Request(f"{base}/accounts/login/", headers=headers), timeout=10)
+        .read()
+        .decode()
+    )
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     body = urllib.parse.urlencode(
         {"csrfmiddlewaretoken": token, "login": email, "password": password}
@@ -62,9 +64,20 @@ def two_web_processes(transactional_db):
     ports = [_free_port(), _free_port()]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "config.asgi:application",
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            cwd=ROOT, env=env,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "config.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
         )
         for port in ports
     ]

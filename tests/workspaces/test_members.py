@@ -120,7 +120,9 @@ def test_member_of_another_workspace_cannot_be_reached_by_id(team, stranger, cli
 def test_transfer_ownership_keeps_old_owner_as_admin(team, client):
     client.force_login(team.owner)
     editor = _membership(team, "editor")
-    client.post(reverse("workspace_transfer", kwargs={"ws_slug": "acme"}), {"membership": editor.pk})
+    client.post(
+        reverse("workspace_transfer", kwargs={"ws_slug": "acme"}), {"membership": editor.pk}
+    )
     assert _membership(team, "editor").role == Role.OWNER
     assert _membership(team, "owner").role == Role.ADMIN
     with pytest.raises(PermissionDenied):

@@ -39,7 +39,7 @@ def test_duplicate_project_name_is_a_clear_error(team, client):
     client.force_login(team.editor)
     response = client.post(reverse("project_create", kwargs={"ws_slug": "acme"}), {"name": "birds"})
     assert response.status_code == 200
-    assert "already exists".encode() in response.content
+    assert b"already exists" in response.content
     assert Project.objects.count() == 1
 
 
@@ -58,10 +58,13 @@ def test_project_of_another_workspace_is_404_even_through_my_workspace(team, str
     for name in ["project_detail", "project_edit", "project_delete"]:
         url = reverse(name, kwargs={"ws_slug": "acme", "pk": theirs.pk})
         assert client.get(url).status_code == 404
-    assert client.post(
-        reverse("project_delete", kwargs={"ws_slug": "acme", "pk": theirs.pk}),
-        {"confirm": "Secret"},
-    ).status_code == 404
+    assert (
+        client.post(
+            reverse("project_delete", kwargs={"ws_slug": "acme", "pk": theirs.pk}),
+            {"confirm": "Secret"},
+        ).status_code
+        == 404
+    )
     assert Project.objects.filter(pk=theirs.pk).exists()
 
 
@@ -72,7 +75,12 @@ def test_viewer_sees_projects_without_edit_buttons(team, client):
     page = client.get(reverse("project_detail", kwargs={"ws_slug": "acme", "pk": project.pk}))
     assert page.status_code == 200
     assert b"/edit/" not in page.content
-    assert client.get(reverse("project_edit", kwargs={"ws_slug": "acme", "pk": project.pk})).status_code == 403
+    assert (
+        client.get(
+            reverse("project_edit", kwargs={"ws_slug": "acme", "pk": project.pk})
+        ).status_code
+        == 403
+    )
 
 
 @pytest.mark.django_db

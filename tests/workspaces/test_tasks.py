@@ -26,10 +26,25 @@ def celery_worker_process(transactional_db):
     }
     queue = f"test-{os.getpid()}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue,
-         "--pool", "solo", "--loglevel", "WARNING", "--without-heartbeat", "--without-gossip",
-         "--without-mingle"],
-        cwd=ROOT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            queue,
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        cwd=ROOT,
+        env=env,
     )
     try:
         yield queue
@@ -40,11 +55,15 @@ def celery_worker_process(transactional_db):
 
 def test_purge_task_runs_in_a_worker(celery_worker_process, team):
     expired = Invitation.objects.create(
-        workspace=team.workspace, email="old@acme.test", role="viewer",
+        workspace=team.workspace,
+        email="old@acme.test",
+        role="viewer",
         expires_at=timezone.now() - timedelta(days=1),
     )
     live = Invitation.objects.create(
-        workspace=team.workspace, email="new@acme.test", role="viewer",
+        workspace=team.workspace,
+        email="new@acme.test",
+        role="viewer",
         expires_at=timezone.now() + timedelta(days=1),
     )
     invitations_purge_expired_task.apply_async(queue=celery_worker_process)
