@@ -19,8 +19,8 @@ def workspace_view(perm: Perm = Perm.READ) -> Callable:
         @wraps(view)
         def wrapper(request, ws_slug: str, *args, **kwargs):
             access = workspace_access_for_user(user=request.user, slug=ws_slug)
+            request.workspace_access = access  # the header shows the workspace on a 403 too
             access.require(perm)
-            request.workspace_access = access
             return view(request, access, *args, **kwargs)
 
         return wrapper

@@ -45,9 +45,11 @@ def _unique_slug(name: str) -> str:
     return slug
 
 
-def _workspace_create(*, user: User, name: str, is_personal: bool) -> Workspace:
+def _workspace_create(
+    *, user: User, name: str, is_personal: bool, slug_base: str = ""
+) -> Workspace:
     workspace = Workspace.objects.create(
-        slug=_unique_slug(name),
+        slug=_unique_slug(slug_base or name),
         name=name,
         is_personal=is_personal,
         plan=plan_default(),
@@ -63,7 +65,9 @@ def workspace_create_personal(*, user: User) -> Workspace:
     if existing is not None:
         return existing
     local_part = user.email.split("@", 1)[0]
-    return _workspace_create(user=user, name=local_part, is_personal=True)
+    return _workspace_create(
+        user=user, name=f"{local_part}'s workspace", is_personal=True, slug_base=local_part
+    )
 
 
 @transaction.atomic

@@ -11,11 +11,6 @@ from pathlib import Path
 
 import pytest
 
-# Playwright's sync API runs an asyncio event loop in the test thread; Django would otherwise
-# refuse ORM calls made from that thread (SynchronousOnlyOperation), e.g. the database flush
-# that transactional_db does at teardown.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -28,18 +23,33 @@ CHROMIUM_ARGS = [
 SCREENSHOT_DIR = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium_browser():
+    """One chromium per test module.
+
+    While Playwright's sync API is started, an asyncio event loop counts as running in the test
+    thread, and Django refuses ORM calls from it (SynchronousOnlyOperation), e.g. the flush that
+    transactional_db does at teardown. So DJANGO_ALLOW_ASYNC_UNSAFE is set exactly while the
+    browser lives, and the loop is gone again before any other module's tests run.
+    """
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is not installed")
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            )
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @dataclass
@@ -54,8 +64,10 @@ class BrowserProblems:
     def watch(self, page, label: str) -> None:
         page.on(
             "console",
-            lambda msg: msg.type == "error"
-            and self.console_errors.append(f"[{label}] {msg.text} @ {msg.location.get('url')}"),
+            lambda msg: (
+                msg.type == "error"
+                and self.console_errors.append(f"[{label}] {msg.text} @ {msg.location.get('url')}")
+            ),
         )
         page.on("pageerror", lambda exc: self.page_errors.append(f"[{label}] {exc}"))
         page.on(
@@ -64,8 +76,10 @@ class BrowserProblems:
         )
         page.on(
             "response",
-            lambda resp: resp.status >= 400
-            and self.bad_responses.append(f"[{label}] {resp.status} {resp.url}"),
+            lambda resp: (
+                resp.status >= 400
+                and self.bad_responses.append(f"[{label}] {resp.status} {resp.url}")
+            ),
         )
 
 

@@ -20,13 +20,20 @@ PASSWORD = "Kestrel-Falcon-93!wing"
 INVITE_LINK = re.compile(r"https?://[^\s\"'<>]+/invite/[^\s/\"'<>]+/")
 
 
+def click_and_load(page, locator) -> None:
+    """Click something that navigates, and wait until the page it leads to (after redirects) has
+    loaded. A bare click() may return before the navigation starts, and page.url would then
+    still be the old page's."""
+    with page.expect_navigation(wait_until="load"):
+        locator.click()
+
+
 def sign_up(page, email: str) -> None:
     form = page.locator("main form[action*='/accounts/signup/']")
     form.locator("[name=email]").fill(email)
     form.locator("[name=password1]").fill(PASSWORD)
     form.locator("[name=password2]").fill(PASSWORD)
-    form.locator("button[type=submit]").click()
-    page.wait_for_load_state()
+    click_and_load(page, form.locator("button[type=submit]"))
 
 
 def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
@@ -51,7 +58,7 @@ def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
     ), "app.css is not applied to the page"
     screenshot(owner, "landing")
 
-    owner.get_by_role("link", name="Create an account").click()
+    click_and_load(owner, owner.get_by_role("link", name="Create an account"))
     assert "/accounts/signup/" in owner.url
     screenshot(owner, "owner-signup-form")
     sign_up(owner, OWNER)
@@ -64,12 +71,11 @@ def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
     switcher = owner.get_by_test_id("workspace-switcher")
     switcher.locator("summary").click()
     screenshot(owner, "owner-switcher-open")
-    switcher.get_by_role("link", name="+ New team workspace").click()
+    click_and_load(owner, switcher.get_by_role("link", name="+ New team workspace"))
     assert owner.url.endswith("/workspaces/new/")
     owner.locator("main [name=name]").fill("Acme Vision")
     screenshot(owner, "owner-new-workspace-form")
-    owner.get_by_role("button", name="Create workspace").click()
-    owner.wait_for_load_state()
+    click_and_load(owner, owner.get_by_role("button", name="Create workspace"))
     match = re.search(r"/w/([\w-]+)/$", owner.url)
     assert match and owner.url != personal_url, owner.url
     slug = match.group(1)
@@ -80,14 +86,13 @@ def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
     )
     screenshot(owner, "owner-team-workspace")
 
-    owner.get_by_role("link", name="Members and invitations").click()
+    click_and_load(owner, owner.get_by_role("link", name="Members and invitations"))
     assert owner.url.endswith(f"/w/{slug}/members/")
     invite_form = owner.locator("main form[action$='/members/invite/']")
     invite_form.locator("[name=email]").fill(VIEWER)
     invite_form.locator("select[name=role]").select_option(label="Viewer")
     screenshot(owner, "owner-invite-form-filled")
-    invite_form.get_by_role("button", name="Send invitation").click()
-    owner.wait_for_load_state()
+    click_and_load(owner, invite_form.get_by_role("button", name="Send invitation"))
     assert owner.url.endswith(f"/w/{slug}/members/")
     flash = owner.locator(".messages .msg.success").inner_text()
     assert f"Invitation sent to {VIEWER}." in flash
@@ -114,15 +119,14 @@ def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
     assert "as viewer" in viewer.locator("main").inner_text()
     screenshot(viewer, "viewer-invitation-anonymous")
 
-    viewer.get_by_role("link", name="Sign up to join").click()
+    click_and_load(viewer, viewer.get_by_role("link", name="Sign up to join"))
     assert "/accounts/signup/" in viewer.url and "next=" in viewer.url, viewer.url
     screenshot(viewer, "viewer-signup-form")
     sign_up(viewer, VIEWER)
     assert viewer.url == invite_link, viewer.url  # allauth honoured ?next=
     screenshot(viewer, "viewer-invitation-signed-in")
 
-    viewer.get_by_role("button", name="Accept and join").click()
-    viewer.wait_for_load_state()
+    click_and_load(viewer, viewer.get_by_role("button", name="Accept and join"))
     assert viewer.url.endswith(f"/w/{slug}/"), viewer.url
     assert viewer.get_by_role("heading", level=1).inner_text() == "Acme Vision"
     assert viewer.get_by_test_id("my-role").inner_text() == "viewer"
@@ -156,8 +160,7 @@ def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
     # --- No console errors, uncaught exceptions, CSP violations or broken requests ------------
     # The one expected error: Chromium logs the 403 document load of step 3.
     forbidden = [
-        e for e in browser_problems.console_errors
-        if "status of 403" in e and members_url in e
+        e for e in browser_problems.console_errors if "status of 403" in e and members_url in e
     ]
     console_errors = [e for e in browser_problems.console_errors if e not in forbidden]
     csp = [e for e in browser_problems.console_errors if "Content Security Policy" in e]
