@@ -3,7 +3,7 @@
 from datetime import datetime
 
 from django.http import HttpRequest
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
 from ninja.pagination import paginate
 from ninja.security import HttpBearer
 
@@ -54,13 +54,13 @@ class RoleIn(Schema):
 
 
 class ProjectIn(Schema):
-    name: str
-    description: str = ""
+    name: str = Field(max_length=100)
+    description: str = Field("", max_length=10_000)
 
 
 class ProjectPatch(Schema):
-    name: str | None = None
-    description: str | None = None
+    name: str | None = Field(None, max_length=100)
+    description: str | None = Field(None, max_length=10_000)
 
 
 class ProjectOut(Schema):
@@ -72,8 +72,8 @@ class ProjectOut(Schema):
 
 
 class KeyIn(Schema):
-    name: str
-    scopes: list[str]
+    name: str = Field(max_length=100)
+    scopes: list[str] = Field(max_length=4)
     expires_at: datetime | None = None
 
 

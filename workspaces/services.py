@@ -3,7 +3,7 @@
 import hashlib
 import hmac
 import secrets
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.core import signing
@@ -372,6 +372,8 @@ def api_key_create(
     unknown = set(scopes) - set(ApiKeyScope.values)
     if unknown or not scopes:
         raise ServiceError(f"Choose scopes among: {', '.join(ApiKeyScope.values)}.")
+    if expires_at is not None and timezone.is_naive(expires_at):
+        expires_at = timezone.make_aware(expires_at, UTC)  # the API documents UTC
     if expires_at is not None and expires_at <= timezone.now():
         raise ServiceError("The expiry must be in the future.")
     prefix = secrets.token_hex(API_KEY_PREFIX_BYTES)

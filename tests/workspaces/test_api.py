@@ -147,3 +147,40 @@ def test_openapi_docs_are_served_without_a_cdn(client):
     assert b"cdn" not in page.content.lower()
     schema = client.get("/api/v1/openapi.json").json()
     assert "/api/v1/workspaces/{slug}/projects" in schema["paths"]
+
+
+@pytest.mark.django_db
+def test_bad_input_is_refused_with_a_reason_never_a_500(team):
+    api = _key(team)
+    url = "/api/v1/workspaces/acme/projects"
+    too_long = api.post(url, {"name": "x" * 101}, content_type="application/json")
+    assert too_long.status_code == 422
+    assert api.post(url, "not json", content_type="application/json").status_code in (400, 422)
+    assert api.get("/api/v1/workspaces/acme/projects/abc").status_code == 422
+    assert api.get("/api/v1/workspaces/acme/projects/999999").status_code == 404
+    naive = api.post(
+        "/api/v1/workspaces/acme/keys",
+        {"name": "n", "scopes": ["read"], "expires_at": "2099-01-01T00:00:00"},
+        content_type="application/json",
+    )
+    assert naive.status_code == 201
+    assert naive.json()["expires_at"].startswith("2099-01-01T00:00:00")
+    past = api.post(
+        "/api/v1/workspaces/acme/keys",
+        {"name": "n", "scopes": ["read"], "expires_at": "2001-01-01T00:00:00Z"},
+        content_type="application/json",
+    )
+    assert past.status_code == 400 and "future" in past.json()["detail"]
+    bad_scope = api.post(
+        "/api/v1/workspaces/acme/keys",
+        {"name": "n", "scopes": ["root"]},
+        content_type="application/json",
+    )
+    assert bad_scope.status_code == 400
+    member = Membership.objects.get(user=team.viewer)
+    forged = api.patch(
+        f"/api/v1/workspaces/acme/members/{member.pk}",
+        {"role": "owner"},
+        content_type="application/json",
+    )
+    assert forged.status_code == 400 and "cannot give" in forged.json()["detail"]
