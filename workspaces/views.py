@@ -5,7 +5,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -32,7 +32,7 @@ from workspaces.services import ServiceError
 PAGE_SIZE = 25
 
 
-class HtmxHttpRequest:  # for type hints only, as django-htmx recommends
+class HtmxHttpRequest(HttpRequest):  # for type hints, as django-htmx recommends
     htmx: HtmxDetails
 
 
