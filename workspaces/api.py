@@ -3,7 +3,7 @@
 from datetime import datetime
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 from ninja.security import HttpBearer
 
@@ -138,7 +138,7 @@ def member_remove(request, slug: str, member_id: int):
     access = _access(request, slug, Perm.MANAGE_MEMBERS)
     membership = selectors.membership_get(workspace=access.workspace, pk=member_id)
     services.membership_remove(access=access, membership=membership)
-    return 204, None
+    return Status(204, None)
 
 
 @router.get("/workspaces/{slug}/projects", response=list[ProjectOut], tags=["projects"])
@@ -151,9 +151,10 @@ def project_list(request, slug: str):
 @router.post("/workspaces/{slug}/projects", response={201: ProjectOut}, tags=["projects"])
 def project_create(request, slug: str, payload: ProjectIn):
     access = _access(request, slug, Perm.WRITE)
-    return 201, services.project_create(
+    project = services.project_create(
         access=access, name=payload.name, description=payload.description
     )
+    return Status(201, project)
 
 
 @router.get("/workspaces/{slug}/projects/{project_id}", response=ProjectOut, tags=["projects"])
@@ -179,7 +180,7 @@ def project_delete(request, slug: str, project_id: int):
     access = _access(request, slug, Perm.WRITE)
     project = selectors.project_get(workspace=access.workspace, pk=project_id)
     services.project_delete(access=access, project=project, confirm_name=project.name)
-    return 204, None
+    return Status(204, None)
 
 
 @router.get("/workspaces/{slug}/keys", response=list[KeyOut], tags=["keys"])
@@ -195,7 +196,7 @@ def key_create(request, slug: str, payload: KeyIn):
     key, raw = services.api_key_create(
         access=access, name=payload.name, scopes=payload.scopes, expires_at=payload.expires_at
     )
-    return 201, KeyCreated(**KeyOut.from_orm(key).dict(), key=raw)
+    return Status(201, KeyCreated(**KeyOut.from_orm(key).dict(), key=raw))
 
 
 @router.delete("/workspaces/{slug}/keys/{key_id}", response={204: None}, tags=["keys"])
@@ -204,4 +205,4 @@ def key_revoke(request, slug: str, key_id: int):
     services.api_key_revoke(
         access=access, key=selectors.api_key_get(workspace=access.workspace, pk=key_id)
     )
-    return 204, None
+    return Status(204, None)
