@@ -25,13 +25,20 @@ if ! $PY -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=
   if command -v redis-server >/dev/null; then
     redis_port=$($PY -c "import sys,urllib.parse as u; print(u.urlparse(sys.argv[1]).port or 6379)" "$REDIS_URL")
     echo "No Redis answered at $REDIS_URL; starting redis-server on port $redis_port (stops with Ctrl-C)."
-    redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --dir var \
-      --logfile var/log/redis.log &
+    redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+      --dir "$PWD/var" --logfile "$PWD/var/log/redis.log" &
     pids+=($!)
+    redis_up=""
     for _ in $(seq 50); do
-      $PY -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=1).ping()" "$REDIS_URL" 2>/dev/null && break
+      if $PY -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=1).ping()" "$REDIS_URL" 2>/dev/null; then
+        redis_up=1; break
+      fi
       sleep 0.1
     done
+    if [ -z "$redis_up" ]; then
+      echo "redis-server did not start; see var/log/redis.log." >&2
+      exit 1
+    fi
   else
     echo "Kestrel needs Redis at $REDIS_URL and none answered." >&2
     echo "Install it (Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis)," >&2
