@@ -9,6 +9,12 @@ class Plan(models.Model):
     max_seats = models.PositiveIntegerField(
         help_text="Members plus pending invitations a team workspace may have."
     )
+    max_upload_bytes = models.PositiveBigIntegerField(
+        default=2 * 1024**3, help_text="Largest upload (one archive or one batch of files)."
+    )
+    max_import_inflated_bytes = models.PositiveBigIntegerField(
+        default=8 * 1024**3, help_text="Most bytes an uploaded archive may inflate to."
+    )
     is_default = models.BooleanField(
         default=False, help_text="Given to new workspaces. Exactly one plan is the default."
     )

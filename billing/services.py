@@ -2,10 +2,34 @@ from django.db import transaction
 
 from billing.models import Plan
 
+GIB = 1024**3
+
 DEFAULT_PLANS = [
-    {"slug": "free", "name": "Free", "max_seats": 5, "is_default": True, "sort_order": 0},
-    {"slug": "pro", "name": "Pro", "max_seats": 20, "is_default": False, "sort_order": 1},
-    {"slug": "enterprise", "name": "Enterprise", "max_seats": 500, "sort_order": 2},
+    {
+        "slug": "free",
+        "name": "Free",
+        "max_seats": 5,
+        "max_upload_bytes": 2 * GIB,
+        "max_import_inflated_bytes": 8 * GIB,
+        "is_default": True,
+        "sort_order": 0,
+    },
+    {
+        "slug": "pro",
+        "name": "Pro",
+        "max_seats": 20,
+        "max_upload_bytes": 20 * GIB,
+        "max_import_inflated_bytes": 80 * GIB,
+        "sort_order": 1,
+    },
+    {
+        "slug": "enterprise",
+        "name": "Enterprise",
+        "max_seats": 500,
+        "max_upload_bytes": 200 * GIB,
+        "max_import_inflated_bytes": 800 * GIB,
+        "sort_order": 2,
+    },
 ]
 
 

@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "csp",
     "workspaces",
     "billing",
+    "datasets",
 ]
 
 MIDDLEWARE = [
@@ -216,6 +217,9 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 INVITATION_MAX_AGE = timedelta(days=14)
+DATASET_MAX_IMAGE_PIXELS = env.int("DATASET_MAX_IMAGE_PIXELS", default=64_000_000)
+DATASET_UPLOAD_CHUNK_BYTES = 8 * 1024 * 1024
+DATASET_THUMBNAIL_PX = 256
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 MESSAGE_TAGS = {40: "error"}

@@ -1,11 +1,14 @@
 """Settings for the test suite: the real PostgreSQL and Redis, never SQLite."""
 
 import os
+import tempfile
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kestrel")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
 os.environ.setdefault("CACHE_KEY_PREFIX", "kestrel-test")
 os.environ.setdefault("DJANGO_ENV", "development")
+# Test uploads and blobs go to a throwaway folder, shared with worker processes tests start.
+os.environ.setdefault("MEDIA_ROOT", tempfile.mkdtemp(prefix="kestrel-test-media-"))
 
 from config.settings import *  # noqa: E402,F403
 

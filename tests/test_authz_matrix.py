@@ -14,6 +14,13 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from config.api import api
+from datasets.models import Import
+from tests.datasets.factories import (
+    DatasetClassFactory,
+    DatasetFactory,
+    ImageFactory,
+    LabelFactory,
+)
 from tests.workspaces.factories import ProjectFactory
 from workspaces.models import Invitation, Membership
 from workspaces.services import api_key_create, invitation_token
@@ -82,6 +89,28 @@ ROUTES = [
 ]
 
 
+def _area_rows(name: str) -> list:
+    """Rows kept beside each area's tests, in tests/<app>/authz_*.py (ROUTES and API lists)."""
+    import importlib
+    import pkgutil
+
+    import tests
+
+    rows = []
+    for pkg in pkgutil.iter_modules(tests.__path__):
+        if not pkg.ispkg:
+            continue
+        sub = importlib.import_module(f"tests.{pkg.name}")
+        for mod in pkgutil.iter_modules(sub.__path__):
+            if mod.name.startswith("authz_"):
+                module = importlib.import_module(f"tests.{pkg.name}.{mod.name}")
+                rows += getattr(module, name, [])
+    return rows
+
+
+ROUTES += _area_rows("ROUTES")
+
+
 @dataclass
 class ApiRow:
     path: str  # as in the OpenAPI schema
@@ -128,6 +157,7 @@ API = [
     ),
     ApiRow("/api/v1/workspaces/{slug}/keys/{key_id}", "delete", "admin", "write", 204),
 ]
+API += _area_rows("API")
 API_ACTORS = [*ACTORS, "key_with_scope", "key_without_scope", "key_of_other_workspace"]
 
 
@@ -169,7 +199,16 @@ def ctx(team, stranger):
     )
     _, key_raw = api_key_create(access=team.access("owner"), name="k", scopes=["read"])
     key = team.workspace.api_keys.get()
+    dataset = DatasetFactory(workspace=team.workspace, name="Birds DS")
+    cls = DatasetClassFactory(dataset=dataset, index=0, name="bird")
+    image = ImageFactory(dataset=dataset)
+    LabelFactory(image=image, dataset_class=cls)
+    upload = Import.objects.create(dataset=dataset, filename="birds.zip", total_size=10)
     return {
+        "dataset": dataset.pk,
+        "dataset_class": cls.pk,
+        "image": image.pk,
+        "import": upload.pk,
         "team": team,
         "stranger": stranger,
         "project": project.pk,
@@ -264,6 +303,8 @@ def test_api_operation(row: ApiRow, actor: str, ctx):
         member_id=ctx["viewer_membership"],
         project_id=ctx["project"],
         key_id=ctx["api_key"],
+        dataset_id=ctx["dataset"],
+        import_id=ctx["import"],
     )
     client = _api_client(actor, row, ctx)
     kwargs = {"content_type": "application/json"} if row.body is not None else {}

@@ -18,11 +18,9 @@ class ApiKeyAuth(HttpBearer):
         return services.api_key_authenticate(raw=token)
 
 
-def _access(request: HttpRequest, slug: str, perm: Perm) -> WorkspaceAccess:
-    if isinstance(request.auth, ApiKey):
-        access = selectors.workspace_access_for_api_key(api_key=request.auth, slug=slug)
-    else:
-        access = selectors.workspace_access_for_user(user=request.user, slug=slug)
+def api_access(request: HttpRequest, slug: str, perm: Perm) -> WorkspaceAccess:
+    """The caller's access to a workspace for an API operation that needs `perm`."""
+    access = selectors.workspace_access_for_caller(auth=request.auth, user=request.user, slug=slug)
     access.require(perm)
     return access
 
@@ -102,22 +100,19 @@ def _workspace_out(access: WorkspaceAccess) -> WorkspaceOut:
 @router.get("/workspaces", response=list[WorkspaceOut], tags=["workspaces"])
 def workspace_list(request):
     """The workspaces the caller can reach: a key sees only its own."""
-    if isinstance(request.auth, ApiKey):
-        slugs = [request.auth.workspace.slug]
-    else:
-        slugs = [w.slug for w in selectors.workspace_list_for_user(user=request.user)]
-    return [_workspace_out(_access(request, slug, Perm.READ)) for slug in slugs]
+    slugs = selectors.workspace_slugs_for_caller(auth=request.auth, user=request.user)
+    return [_workspace_out(api_access(request, slug, Perm.READ)) for slug in slugs]
 
 
 @router.get("/workspaces/{slug}", response=WorkspaceOut, tags=["workspaces"])
 def workspace_get(request, slug: str):
-    return _workspace_out(_access(request, slug, Perm.READ))
+    return _workspace_out(api_access(request, slug, Perm.READ))
 
 
 @router.get("/workspaces/{slug}/members", response=list[MemberOut], tags=["members"])
 @paginate
 def member_list(request, slug: str):
-    access = _access(request, slug, Perm.READ)
+    access = api_access(request, slug, Perm.READ)
     return [
         MemberOut.from_membership(m) for m in selectors.membership_list(workspace=access.workspace)
     ]
@@ -125,7 +120,7 @@ def member_list(request, slug: str):
 
 @router.patch("/workspaces/{slug}/members/{member_id}", response=MemberOut, tags=["members"])
 def member_update(request, slug: str, member_id: int, payload: RoleIn):
-    access = _access(request, slug, Perm.MANAGE_MEMBERS)
+    access = api_access(request, slug, Perm.MANAGE_MEMBERS)
     membership = selectors.membership_get(workspace=access.workspace, pk=member_id)
     membership = services.membership_change_role(
         access=access, membership=membership, role=payload.role
@@ -135,7 +130,7 @@ def member_update(request, slug: str, member_id: int, payload: RoleIn):
 
 @router.delete("/workspaces/{slug}/members/{member_id}", response={204: None}, tags=["members"])
 def member_remove(request, slug: str, member_id: int):
-    access = _access(request, slug, Perm.MANAGE_MEMBERS)
+    access = api_access(request, slug, Perm.MANAGE_MEMBERS)
     membership = selectors.membership_get(workspace=access.workspace, pk=member_id)
     services.membership_remove(access=access, membership=membership)
     return Status(204, None)
@@ -144,13 +139,13 @@ def member_remove(request, slug: str, member_id: int):
 @router.get("/workspaces/{slug}/projects", response=list[ProjectOut], tags=["projects"])
 @paginate
 def project_list(request, slug: str):
-    access = _access(request, slug, Perm.READ)
+    access = api_access(request, slug, Perm.READ)
     return selectors.project_list(workspace=access.workspace)
 
 
 @router.post("/workspaces/{slug}/projects", response={201: ProjectOut}, tags=["projects"])
 def project_create(request, slug: str, payload: ProjectIn):
-    access = _access(request, slug, Perm.WRITE)
+    access = api_access(request, slug, Perm.WRITE)
     project = services.project_create(
         access=access, name=payload.name, description=payload.description
     )
@@ -159,13 +154,13 @@ def project_create(request, slug: str, payload: ProjectIn):
 
 @router.get("/workspaces/{slug}/projects/{project_id}", response=ProjectOut, tags=["projects"])
 def project_get(request, slug: str, project_id: int):
-    access = _access(request, slug, Perm.READ)
+    access = api_access(request, slug, Perm.READ)
     return selectors.project_get(workspace=access.workspace, pk=project_id)
 
 
 @router.patch("/workspaces/{slug}/projects/{project_id}", response=ProjectOut, tags=["projects"])
 def project_update(request, slug: str, project_id: int, payload: ProjectPatch):
-    access = _access(request, slug, Perm.WRITE)
+    access = api_access(request, slug, Perm.WRITE)
     project = selectors.project_get(workspace=access.workspace, pk=project_id)
     return services.project_update(
         access=access,
@@ -177,7 +172,7 @@ def project_update(request, slug: str, project_id: int, payload: ProjectPatch):
 
 @router.delete("/workspaces/{slug}/projects/{project_id}", response={204: None}, tags=["projects"])
 def project_delete(request, slug: str, project_id: int):
-    access = _access(request, slug, Perm.WRITE)
+    access = api_access(request, slug, Perm.WRITE)
     project = selectors.project_get(workspace=access.workspace, pk=project_id)
     services.project_delete(access=access, project=project, confirm_name=project.name)
     return Status(204, None)
@@ -185,14 +180,14 @@ def project_delete(request, slug: str, project_id: int):
 
 @router.get("/workspaces/{slug}/keys", response=list[KeyOut], tags=["keys"])
 def key_list(request, slug: str):
-    access = _access(request, slug, Perm.MANAGE_KEYS)
+    access = api_access(request, slug, Perm.MANAGE_KEYS)
     return selectors.api_key_list(workspace=access.workspace)
 
 
 @router.post("/workspaces/{slug}/keys", response={201: KeyCreated}, tags=["keys"])
 def key_create(request, slug: str, payload: KeyIn):
     """Create a key. The `key` field is shown only in this response; store it now."""
-    access = _access(request, slug, Perm.MANAGE_KEYS)
+    access = api_access(request, slug, Perm.MANAGE_KEYS)
     key, raw = services.api_key_create(
         access=access, name=payload.name, scopes=payload.scopes, expires_at=payload.expires_at
     )
@@ -201,7 +196,7 @@ def key_create(request, slug: str, payload: KeyIn):
 
 @router.delete("/workspaces/{slug}/keys/{key_id}", response={204: None}, tags=["keys"])
 def key_revoke(request, slug: str, key_id: int):
-    access = _access(request, slug, Perm.MANAGE_KEYS)
+    access = api_access(request, slug, Perm.MANAGE_KEYS)
     services.api_key_revoke(
         access=access, key=selectors.api_key_get(workspace=access.workspace, pk=key_id)
     )

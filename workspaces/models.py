@@ -65,6 +65,9 @@ class Workspace(models.Model):
     slug = models.SlugField(max_length=60, unique=True)
     name = models.CharField(max_length=100)
     is_personal = models.BooleanField(default=False)
+    block_training_on_dataset_errors = models.BooleanField(
+        default=False, help_text="Refuse to train on a dataset whose health check found errors."
+    )
     plan = models.ForeignKey("billing.Plan", on_delete=models.PROTECT, related_name="workspaces")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"

@@ -79,6 +79,20 @@ def workspace_access_for_api_key(*, api_key: ApiKey, slug: str) -> WorkspaceAcce
     )
 
 
+def workspace_access_for_caller(*, auth, user: User, slug: str) -> WorkspaceAccess:
+    """The scoping helper for API calls: by API key when one was presented, else the session."""
+    if isinstance(auth, ApiKey):
+        return workspace_access_for_api_key(api_key=auth, slug=slug)
+    return workspace_access_for_user(user=user, slug=slug)
+
+
+def workspace_slugs_for_caller(*, auth, user: User) -> list[str]:
+    """Every workspace an API caller can reach: a key reaches only its own."""
+    if isinstance(auth, ApiKey):
+        return [auth.workspace.slug]
+    return list(Workspace.objects.for_user(user).values_list("slug", flat=True))
+
+
 def workspace_list_for_user(*, user: User) -> QuerySet[Workspace]:
     return Workspace.objects.for_user(user).select_related("plan")
 

@@ -36,7 +36,7 @@ class HtmxHttpRequest(HttpRequest):  # for type hints, as django-htmx recommends
     htmx: HtmxDetails
 
 
-def _page(request, queryset):
+def page_of(request, queryset):
     return Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
 
 
@@ -287,7 +287,7 @@ def invitation_accept(request, token: str) -> HttpResponse:
 
 @workspace_view(Perm.READ)
 def project_list(request, access: WorkspaceAccess) -> HttpResponse:
-    page = _page(request, selectors.project_list(workspace=access.workspace))
+    page = page_of(request, selectors.project_list(workspace=access.workspace))
     return render(request, "workspaces/project_list.html", {"access": access, "page": page})
 
 
@@ -396,7 +396,7 @@ def api_key_list(request, access: WorkspaceAccess) -> HttpResponse:
             "access": access,
             "form": form,
             "new_key": new_key,
-            "page": _page(request, selectors.api_key_list(workspace=access.workspace)),
+            "page": page_of(request, selectors.api_key_list(workspace=access.workspace)),
             "now": timezone.now(),
         },
         status=400 if form.errors else 200,

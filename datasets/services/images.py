@@ -1,0 +1,93 @@
+"""Decide what an uploaded file really is, by its content, and normalise its orientation."""
+
+import hashlib
+import io
+import warnings
+from dataclasses import dataclass
+
+from django.conf import settings
+from PIL import Image as PILImage
+from PIL import ImageOps, UnidentifiedImageError
+
+# Format names as Pillow reports them → the content type we store and serve.
+ALLOWED_FORMATS = {
+    "JPEG": "image/jpeg",
+    "MPO": "image/jpeg",  # multi-picture JPEG from phones; the first frame is a plain JPEG
+    "PNG": "image/png",
+    "WEBP": "image/webp",
+    "BMP": "image/bmp",
+    "TIFF": "image/tiff",
+}
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".mpo", ".jfif")
+_ORIENTATION = 0x0112
+
+
+class ImageRejected(Exception):
+    """The file is not an image we accept; the message is the report's reason."""
+
+
+@dataclass(frozen=True)
+class CheckedImage:
+    data: bytes
+    sha256: str
+    content_type: str
+    width: int
+    height: int
+
+
+def looks_like_image(name: str) -> bool:
+    return name.lower().endswith(IMAGE_SUFFIXES)
+
+
+def image_check(data: bytes) -> CheckedImage:
+    """Validate `data` as an allowed image and return its stored form.
+
+    The format is decided by content, never by the file name. Every pixel is decoded (JPEGs at
+    reduced scale, which still reads the whole stream), so truncated files are caught here.
+    """
+    max_pixels = settings.DATASET_MAX_IMAGE_PIXELS
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+            with PILImage.open(io.BytesIO(data)) as img:
+                fmt = img.format
+                if fmt not in ALLOWED_FORMATS:
+                    raise ImageRejected(f"unsupported image format {fmt}")
+                width, height = img.size
+                if width * height > max_pixels:
+                    raise ImageRejected(
+                        f"{width}×{height} is more than {max_pixels // 1_000_000} megapixels"
+                    )
+                orientation = img.getexif().get(_ORIENTATION, 1)
+                if fmt in ("JPEG", "MPO"):
+                    img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
+                img.load()
+    except ImageRejected:
+        raise
+    except UnidentifiedImageError:
+        raise ImageRejected("not an image (content is not JPEG, PNG, WebP, BMP or TIFF)") from None
+    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
+        raise ImageRejected("too many pixels (decompression bomb)") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ImageRejected(f"unreadable or truncated image ({e})") from None
+
+    if orientation in (2, 3, 4, 5, 6, 7, 8):
+        data, width, height = _apply_orientation(data)
+    return CheckedImage(
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        content_type=ALLOWED_FORMATS[fmt],
+        width=width,
+        height=height,
+    )
+
+
+def _apply_orientation(data: bytes) -> tuple[bytes, int, int]:
+    """Rotate the pixels as EXIF says and drop the tag, so every reader sees the same picture."""
+    with PILImage.open(io.BytesIO(data)) as img:
+        fmt = "JPEG" if img.format in ("JPEG", "MPO") else img.format
+        upright = ImageOps.exif_transpose(img)
+        out = io.BytesIO()
+        save_kwargs = {"quality": 95} if fmt == "JPEG" else {}
+        upright.save(out, format=fmt, **save_kwargs)
+        return out.getvalue(), upright.width, upright.height

@@ -1,0 +1,116 @@
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_http_methods
+
+from datasets import selectors
+from datasets.forms import DatasetCreateForm, DatasetEditForm
+from datasets.services import datasets as services
+from workspaces.decorators import workspace_view
+from workspaces.forms import ConfirmForm
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+from workspaces.views import page_of
+
+
+@workspace_view(Perm.READ)
+def dataset_list(request, access: WorkspaceAccess) -> HttpResponse:
+    page = page_of(request, selectors.dataset_list(workspace=access.workspace))
+    return render(request, "datasets/dataset_list.html", {"access": access, "page": page})
+
+
+@workspace_view(Perm.WRITE)
+@require_http_methods(["GET", "POST"])
+def dataset_create(request, access: WorkspaceAccess) -> HttpResponse:
+    form = DatasetCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dataset = services.dataset_create(
+                access=access,
+                name=form.cleaned_data["name"],
+                task=form.cleaned_data["task"],
+                class_names=services.class_names_parse(form.cleaned_data["classes"]),
+                description=form.cleaned_data["description"],
+            )
+        except ServiceError as e:
+            form.add_error(None, str(e))
+        else:
+            messages.success(request, f"Created the dataset {dataset.name}. Now add images.")
+            return redirect("dataset_detail", ws_slug=access.workspace.slug, pk=dataset.pk)
+    return render(request, "datasets/dataset_form.html", {"access": access, "form": form})
+
+
+@workspace_view(Perm.READ)
+def dataset_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    splits = services.dataset_split_counts(dataset=dataset)
+    return render(
+        request,
+        "datasets/dataset_detail.html",
+        {
+            "access": access,
+            "dataset": dataset,
+            "classes": services.dataset_class_counts(dataset=dataset),
+            "splits": splits,
+            "image_total": sum(splits.values()),
+            "imports": selectors.import_list(dataset=dataset)[:5],
+        },
+    )
+
+
+@workspace_view(Perm.WRITE)
+@require_http_methods(["GET", "POST"])
+def dataset_edit(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    form = DatasetEditForm(request.POST or None, instance=dataset)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.dataset_update(
+                access=access,
+                dataset=selectors.dataset_get(workspace=access.workspace, pk=pk),
+                name=form.cleaned_data["name"],
+                description=form.cleaned_data["description"],
+                is_public=form.cleaned_data["is_public"],
+            )
+        except ServiceError as e:
+            form.add_error("name", str(e))
+        else:
+            messages.success(request, "Dataset saved.")
+            return redirect("dataset_detail", ws_slug=access.workspace.slug, pk=pk)
+    return render(
+        request, "datasets/dataset_edit.html", {"access": access, "form": form, "dataset": dataset}
+    )
+
+
+@workspace_view(Perm.WRITE)
+@require_http_methods(["GET", "POST"])
+def dataset_delete(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    form = ConfirmForm(request.POST or None)
+    if request.method == "POST":
+        try:
+            services.dataset_delete(
+                access=access, dataset=dataset, confirm_name=form.data.get("confirm", "")
+            )
+        except ServiceError as e:
+            form.add_error("confirm", str(e))
+        else:
+            messages.success(request, f"Deleted the dataset {dataset.name}.")
+            return redirect("dataset_list", ws_slug=access.workspace.slug)
+    return render(
+        request,
+        "datasets/dataset_delete.html",
+        {"access": access, "dataset": dataset, "form": form},
+    )
+
+
+W = "w/<slug:ws_slug>/datasets/"
+urlpatterns = [
+    path(W, dataset_list, name="dataset_list"),
+    path(W + "new/", dataset_create, name="dataset_create"),
+    path(W + "<int:pk>/", dataset_detail, name="dataset_detail"),
+    path(W + "<int:pk>/edit/", dataset_edit, name="dataset_edit"),
+    path(W + "<int:pk>/delete/", dataset_delete, name="dataset_delete"),
+]
