@@ -3,6 +3,9 @@ from django.http import Http404
 from ninja import NinjaAPI
 from ninja.security import django_auth
 
+from datasets.api import router as datasets_router
+from datasets.api_uploads import router as uploads_router
+from datasets.api_versions import router as versions_router
 from workspaces.api import ApiKeyAuth
 from workspaces.api import router as workspaces_router
 from workspaces.services import ServiceError
@@ -18,6 +21,9 @@ api = NinjaAPI(
     urls_namespace="api",
 )
 api.add_router("/", workspaces_router)
+api.add_router("/", datasets_router)
+api.add_router("/", uploads_router)
+api.add_router("/", versions_router)
 
 
 @api.exception_handler(PermissionDenied)

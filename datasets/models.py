@@ -171,7 +171,10 @@ class Import(models.Model):
     status = models.CharField(
         max_length=10, choices=ImportStatus.choices, default=ImportStatus.UPLOADING
     )
-    filename = models.CharField(max_length=255)
+    filename = models.CharField(max_length=255, help_text="The archive's name, or “N files”.")
+    files = models.JSONField(
+        default=list, help_text="The uploaded files, in order: [{name, size}, ...]."
+    )
     total_size = models.PositiveBigIntegerField()
     received_size = models.PositiveBigIntegerField(default=0)
     chunk_count = models.PositiveIntegerField(default=0)

@@ -1,0 +1,51 @@
+"""Dataset background work. Each task: ids in, load, guard, call a service."""
+
+import logging
+
+from celery import shared_task
+
+logger = logging.getLogger(__name__)
+
+
+def _log_unexpected(task: str, kwargs: dict) -> None:
+    if kwargs:
+        logger.warning("%s: unexpected arguments %s", task, sorted(kwargs))
+
+
+@shared_task(name="datasets.import_run", soft_time_limit=3 * 3600, time_limit=3 * 3600 + 300)
+def import_run_task(import_id: int, **kwargs) -> None:
+    """Import an uploaded archive or batch of files. Idempotent: a finished import is left alone."""
+    _log_unexpected("datasets.import_run", kwargs)
+    from datasets.services.ingest import import_run
+
+    import_run(import_id=import_id)
+
+
+@shared_task(name="datasets.thumbnails_make", acks_late=True, soft_time_limit=600, time_limit=660)
+def thumbnails_make_task(blob_ids: list[int], **kwargs) -> int:
+    _log_unexpected("datasets.thumbnails_make", kwargs)
+    from datasets.services.thumbnails import thumbnails_make
+
+    return thumbnails_make(blob_ids=blob_ids)
+
+
+@shared_task(name="datasets.health_run", acks_late=True, soft_time_limit=1800, time_limit=1900)
+def health_run_task(dataset_id: int, **kwargs) -> None:
+    _log_unexpected("datasets.health_run", kwargs)
+    from datasets.models import Dataset
+    from datasets.services.health import health_run
+
+    dataset = Dataset.objects.filter(pk=dataset_id).first()
+    if dataset is None:
+        return
+    health_run(dataset=dataset)
+
+
+@shared_task(
+    name="datasets.blobs_collect_garbage", acks_late=True, soft_time_limit=1800, time_limit=1900
+)
+def blobs_collect_garbage_task(**kwargs) -> int:
+    _log_unexpected("datasets.blobs_collect_garbage", kwargs)
+    from datasets.services.datasets import blobs_collect_garbage
+
+    return blobs_collect_garbage()
