@@ -4,10 +4,14 @@ A fatal problem (unsafe paths, links, a bomb, too many entries or bytes) raises 
 nothing is imported; a single odd entry is skipped by the caller with its reason.
 """
 
+import bz2
+import lzma
 import stat
 import struct
 import tarfile
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -117,9 +121,9 @@ class Archive:
                 ) from None
             self._entries = self._zip_entries()
         else:
-            fileobj.seek(0)
+            fileobj = self._decompressed(fileobj)
             try:
-                self._tar = tarfile.open(fileobj=fileobj, mode="r:*")
+                self._tar = tarfile.open(fileobj=fileobj, mode="r:")
                 members = self._tar.getmembers()
             except (tarfile.TarError, OSError, EOFError) as e:
                 raise ArchiveError(
@@ -128,9 +132,44 @@ class Archive:
             self.kind = "tar"
             self._entries = self._tar_entries(members)
 
+    def _decompressed(self, fileobj: BinaryIO) -> BinaryIO:
+        """A gzip/bzip2/xz tar, inflated once into a temp file (counted against the limits), so
+        entries can be read in any order without decompressing from the start again."""
+        fileobj.seek(0)
+        magic = fileobj.read(6)
+        fileobj.seek(0)
+        if magic[:2] == b"\x1f\x8b":
+            decomp = zlib.decompressobj(wbits=47)
+        elif magic[:3] == b"BZh":
+            decomp = bz2.BZ2Decompressor()
+        elif magic[:6] == b"\xfd7zXZ\x00":
+            decomp = lzma.LZMADecompressor()
+        else:
+            return fileobj
+        out = tempfile.TemporaryFile()
+        self._tmp = out
+        compressed = inflated = 0
+        while chunk := fileobj.read(READ_CHUNK):
+            compressed += len(chunk)
+            try:
+                data = decomp.decompress(chunk)
+            except (zlib.error, OSError, EOFError, lzma.LZMAError) as e:
+                raise ArchiveError(f"The compressed archive is damaged ({e}).") from None
+            inflated += len(data)
+            if inflated > self.limits.max_total_bytes:
+                raise ArchiveError(
+                    f"The archive inflates past {self.limits.max_total_bytes // 2**20} MiB, "
+                    "your plan's limit; nothing was imported."
+                )
+            if inflated > 2**24 and inflated > self.limits.max_ratio * compressed * 4:
+                raise ArchiveError("The archive inflates absurdly (a bomb?); nothing was imported.")
+            out.write(data)
+        out.seek(0)
+        return out
+
     @property
     def entries(self) -> list[Entry]:
-        return list(self._entries)
+        return list(self._entries.values())
 
     def _check_count(self, n: int) -> None:
         if n > self.limits.max_entries:
@@ -242,3 +281,52 @@ class Archive:
             self._zip.close()
         else:
             self._tar.close()
+        if getattr(self, "_tmp", None) is not None:
+            self._tmp.close()
+
+
+class FolderSource:
+    """A folder on the server's disk, read with the same rules as an archive (no links)."""
+
+    kind = "folder"
+
+    def __init__(self, root, limits: Limits | None = None):
+        from pathlib import Path
+
+        self.root = Path(root)
+        self.limits = limits or Limits()
+        self._counter = _Counter(self.limits)
+        found: dict[str, Entry] = {}
+        for path in sorted(self.root.rglob("*")):
+            rel = path.relative_to(self.root).as_posix()
+            if path.is_symlink():
+                raise ArchiveError(f"The folder contains a link ({rel!r}); nothing was imported.")
+            if path.is_file():
+                found[rel] = Entry(name=rel, size=path.stat().st_size)
+                if len(found) > self.limits.max_entries:
+                    raise ArchiveError(
+                        f"The folder has more than {self.limits.max_entries} files; "
+                        "nothing was imported."
+                    )
+        self._entries = found
+
+    @property
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def read(self, name: str) -> bytes:
+        try:
+            with (self.root / name).open("rb") as stream:
+                return self._counter.read_all(stream, name, None)
+        except OSError as e:
+            raise EntryError(f"unreadable ({e.strerror})") from None
+
+    def iter_read(self, names: list[str]) -> Iterator[tuple[str, bytes | EntryError]]:
+        for name in names:
+            try:
+                yield name, self.read(name)
+            except EntryError as e:
+                yield name, e
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,48 @@
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from datasets.models import Dataset, ImportStatus, Task
+from datasets.services.datasets import dataset_create
+from datasets.services.ingest import dataset_import_path
+from workspaces.models import Membership, Role
+from workspaces.selectors import workspace_access_for_user
+
+
+class Command(BaseCommand):
+    help = (
+        "Import an archive or folder from this server's disk into a dataset (created if missing) "
+        "and print the import report as JSON."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", type=Path)
+        parser.add_argument("--workspace", required=True, help="workspace slug")
+        parser.add_argument("--name", required=True, help="dataset name")
+        parser.add_argument("--task", choices=Task.values, default=Task.DETECT)
+
+    def handle(self, *args, path: Path, workspace: str, name: str, task: str, **options):
+        owner = (
+            Membership.objects.filter(workspace__slug=workspace, role=Role.OWNER)
+            .select_related("user")
+            .order_by("pk")
+            .first()
+        )
+        if owner is None:
+            raise CommandError(f"No workspace {workspace!r}.")
+        access = workspace_access_for_user(user=owner.user, slug=workspace)
+        dataset = Dataset.objects.for_workspace(access.workspace).filter(name__iexact=name).first()
+        if dataset is None:
+            dataset = dataset_create(access=access, name=name, task=task)
+        imp = dataset_import_path(access=access, dataset=dataset, path=path)
+        out = {
+            "dataset": dataset.pk,
+            "import": imp.pk,
+            "status": imp.status,
+            "error": imp.error,
+            "report": imp.report,
+        }
+        self.stdout.write(json.dumps(out, indent=2, ensure_ascii=False))
+        if imp.status != ImportStatus.SUCCEEDED:
+            raise CommandError(imp.error or "The import failed.")

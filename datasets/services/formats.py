@@ -1,0 +1,515 @@
+"""Recognise what an upload holds and parse its labels into one neutral form.
+
+Parsers see only entry names and a reader for small text files; images are read later, one at a
+time. Every label comes out normalised to 0..1 of the image, whatever the source format.
+"""
+
+import json
+import math
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import yaml
+from defusedxml import ElementTree
+from defusedxml.common import DefusedXmlException
+
+from datasets.models import LabelKind, Split, Task
+from datasets.services.images import looks_like_image
+
+MAX_LABEL_FILE_BYTES = 1 * 1024 * 1024
+MAX_META_FILE_BYTES = 256 * 1024 * 1024  # a COCO json of a large dataset
+SPLIT_NAMES = {
+    "train": Split.TRAIN.value,
+    "training": Split.TRAIN.value,
+    "val": Split.VAL.value,
+    "valid": Split.VAL.value,
+    "validation": Split.VAL.value,
+    "test": Split.TEST.value,
+    "testing": Split.TEST.value,
+}
+EPS = 1e-6
+# Rotated boxes at an image edge may put a corner slightly outside it (DOTA does): allowed.
+OBB_TOLERANCE = 0.1
+
+
+class LabelFileError(Exception):
+    """A whole label file is unusable (listed once in the report)."""
+
+
+@dataclass
+class ParsedLabel:
+    cls: int
+    kind: str
+    data: list[float]
+
+
+@dataclass
+class ParsedImage:
+    name: str
+    split: str
+    labels: list[ParsedLabel] = field(default_factory=list)
+    # COCO/VOC give the image size they were drawn on; the import checks it against the real one.
+    declared_size: tuple[int, int] | None = None
+
+
+@dataclass
+class Parsed:
+    format: str
+    class_names: list[str]
+    images: dict[str, ParsedImage]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    task: str | None = None
+    keypoint_shape: list[int] | None = None
+
+
+Reader = Callable[[str, int], bytes]
+
+
+def _text(read: Reader, name: str, limit: int) -> str:
+    data = read(name, limit)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise LabelFileError("not UTF-8 text") from None
+
+
+def split_from_path(name: str) -> str:
+    for part in reversed(name.lower().split("/")[:-1]):
+        if part in SPLIT_NAMES:
+            return SPLIT_NAMES[part]
+    return Split.TRAIN.value
+
+
+def _finite(values: list[str]) -> list[float]:
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except ValueError:
+            raise ValueError(f"not a number: {v[:20]!r}") from None
+        if not math.isfinite(f):
+            raise ValueError("NaN or infinite value")
+        out.append(f)
+    return out
+
+
+def _in_unit(coords: list[float]) -> bool:
+    return all(-EPS <= c <= 1 + EPS for c in coords)
+
+
+def _clip(coords: list[float]) -> list[float]:
+    return [min(1.0, max(0.0, c)) for c in coords]
+
+
+def _poly_to_box(xy: list[float]) -> list[float]:
+    xs, ys = xy[0::2], xy[1::2]
+    x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+    return [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+
+
+def yolo_line(line: str, *, task: str, n_classes: int, kpt_shape: list[int] | None) -> ParsedLabel:
+    """One Ultralytics label line → ParsedLabel; ValueError with the reason otherwise."""
+    parts = line.split()
+    if not parts:
+        raise ValueError("empty line")
+    try:
+        cls = int(parts[0])
+    except ValueError:
+        raise ValueError(f"class id {parts[0][:20]!r} is not an integer") from None
+    if cls < 0 or cls >= n_classes:
+        raise ValueError(f"class id {cls} out of range (0..{n_classes - 1})")
+    values = _finite(parts[1:])
+    n = len(values)
+    if task == Task.POSE:
+        k, d = kpt_shape or (17, 3)
+        if n != 4 + k * d:
+            raise ValueError(f"pose lines need {5 + k * d} columns, found {n + 1}")
+        box, kpts = values[:4], values[4:]
+        coords = [v for i, v in enumerate(kpts) if d == 2 or i % 3 != 2]
+        if not _in_unit(box) or not _in_unit(coords):
+            raise ValueError("coordinates outside 0..1")
+        if d == 3 and any(v not in (0.0, 1.0, 2.0) for v in kpts[2::3]):
+            raise ValueError("keypoint visibility must be 0, 1 or 2")
+        return ParsedLabel(cls, LabelKind.KEYPOINTS, _clip(box) + kpts)
+    if task == Task.OBB:
+        if n != 8:
+            raise ValueError(f"oriented-box lines need 9 columns, found {n + 1}")
+        if not all(-OBB_TOLERANCE <= v <= 1 + OBB_TOLERANCE for v in values):
+            raise ValueError("coordinates outside 0..1")
+        return ParsedLabel(cls, LabelKind.OBB, values)
+    if not _in_unit(values):
+        raise ValueError("coordinates outside 0..1")
+    values = _clip(values)
+    if n == 4:
+        if values[2] <= 0 or values[3] <= 0:
+            raise ValueError("box with no width or height")
+        return ParsedLabel(cls, LabelKind.BOX, values)
+    if n >= 6 and n % 2 == 0:
+        if task == Task.SEGMENT:
+            return ParsedLabel(cls, LabelKind.POLYGON, values)
+        return ParsedLabel(cls, LabelKind.BOX, _poly_to_box(values))  # as Ultralytics does
+    raise ValueError(f"{n + 1} columns: expected 5 (box) or an odd number ≥ 7 (polygon)")
+
+
+# --- detection ---------------------------------------------------------------------------------
+
+
+def detect_and_parse(names: list[str], read: Reader, *, task: str, classes: list[str]) -> Parsed:
+    """Recognise the format from the entry names and parse it. `classes` are the dataset's."""
+    lower = {n: n.lower() for n in names}
+    yamls = [n for n in names if lower[n].endswith((".yaml", ".yml"))]
+    txts = [n for n in names if lower[n].endswith(".txt")]
+    jsons = [n for n in names if lower[n].endswith(".json")]
+    xmls = [n for n in names if lower[n].endswith(".xml")]
+    images = [n for n in names if looks_like_image(n)]
+
+    data_yaml = _find_data_yaml(yamls, read)
+    if task == Task.CLASSIFY and not data_yaml and not jsons and not xmls:
+        return parse_classification_folders(images, classes)
+    if data_yaml is not None or any("/labels/" in f"/{lower[t]}" for t in txts):
+        return parse_yolo(images, txts, data_yaml, read, task=task, classes=classes)
+    coco = [n for n in jsons if _is_coco(n, read)]
+    if coco:
+        return parse_coco(images, coco, read, task=task, classes=classes)
+    if xmls:
+        return parse_voc(images, xmls, read, classes=classes)
+    return Parsed(
+        format="images",
+        class_names=list(classes),
+        images={n: ParsedImage(n, split_from_path(n)) for n in images},
+    )
+
+
+def _find_data_yaml(yamls: list[str], read: Reader) -> tuple[str, dict] | None:
+    for name in sorted(yamls, key=lambda n: (n.count("/"), n)):
+        try:
+            doc = yaml.safe_load(_text(read, name, MAX_LABEL_FILE_BYTES))
+        except (yaml.YAMLError, LabelFileError):
+            continue
+        if isinstance(doc, dict) and "names" in doc:
+            return name, doc
+    return None
+
+
+def _names_from_yaml(doc: dict) -> list[str]:
+    names = doc.get("names")
+    if isinstance(names, dict):
+        try:
+            keyed = {int(k): str(v) for k, v in names.items()}
+        except (TypeError, ValueError):
+            raise LabelFileError("`names` keys must be class ids") from None
+        return [keyed.get(i, f"class{i}") for i in range(max(keyed) + 1)] if keyed else []
+    if isinstance(names, list):
+        return [str(n) for n in names]
+    raise LabelFileError("`names` must be a list or a mapping")
+
+
+def _yaml_split_dirs(yaml_name: str, doc: dict) -> dict[str, str]:
+    """Folder prefixes per split, resolved like Ultralytics (relative `../` paths included)."""
+    base = posixpath.dirname(yaml_name)
+    root = doc.get("path")
+    if isinstance(root, str) and root and not root.startswith("/") and ":" not in root:
+        base = posixpath.normpath(posixpath.join(base, root))
+    out = {}
+    for key in ("train", "val", "test"):
+        split = key
+        values = doc.get(key)
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, str) or not value or value.startswith("/"):
+                continue
+            folder = posixpath.normpath(posixpath.join(base, value)).lstrip("./")
+            out[folder.rstrip("/") + "/"] = split
+    return out
+
+
+def _label_path(image: str) -> str:
+    """Ultralytics' rule: the last /images/ becomes /labels/, the suffix becomes .txt."""
+    p = "/" + image
+    if "/images/" in p:
+        head, tail = p.rsplit("/images/", 1)
+        p = f"{head}/labels/{tail}"
+    return p[1:].rsplit(".", 1)[0] + ".txt"
+
+
+def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: list[str]) -> Parsed:
+    skipped: list[tuple[str, str]] = []
+    yaml_task, kpt_shape, names, split_dirs = None, None, list(classes), {}
+    if data_yaml is not None:
+        yaml_name, doc = data_yaml
+        try:
+            names = _names_from_yaml(doc)
+        except LabelFileError as e:
+            skipped.append((yaml_name, str(e)))
+        split_dirs = _yaml_split_dirs(yaml_name, doc)
+        shape = doc.get("kpt_shape")
+        if isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape):
+            kpt_shape, yaml_task = shape, Task.POSE
+    effective_task = task or yaml_task or Task.DETECT
+    if not names:
+        # No data.yaml: class ids must fit the dataset's classes (or become class0..N).
+        names = list(classes)
+    label_files = set(txts)
+    parsed_images: dict[str, ParsedImage] = {}
+    used_labels: set[str] = set()
+    max_cls_seen = -1
+    for image in images:
+        split = next(
+            (s for prefix, s in split_dirs.items() if image.startswith(prefix)), None
+        ) or split_from_path(image)
+        entry = ParsedImage(image, split)
+        label_name = _label_path(image)
+        if label_name in label_files:
+            used_labels.add(label_name)
+            try:
+                text = _text(read, label_name, MAX_LABEL_FILE_BYTES)
+            except LabelFileError as e:
+                skipped.append((label_name, f"label file {e}"))
+                text = ""
+            for lineno, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    label = yolo_line(
+                        line,
+                        task=effective_task,
+                        n_classes=len(names) if names else 10**6,
+                        kpt_shape=kpt_shape,
+                    )
+                except ValueError as e:
+                    skipped.append((f"{label_name}:{lineno}", f"label {e}"))
+                    continue
+                max_cls_seen = max(max_cls_seen, label.cls)
+                entry.labels.append(label)
+        parsed_images[image] = entry
+    if not names and max_cls_seen >= 0:
+        names = [f"class{i}" for i in range(max_cls_seen + 1)]
+    for orphan in sorted(label_files - used_labels):
+        if "/labels/" in "/" + orphan and not orphan.lower().endswith("classes.txt"):
+            skipped.append((orphan, "label file without a matching image"))
+    return Parsed(
+        format="yolo",
+        class_names=names,
+        images=parsed_images,
+        skipped=skipped,
+        task=yaml_task,
+        keypoint_shape=kpt_shape,
+    )
+
+
+def _is_coco(name: str, read: Reader) -> bool:
+    try:
+        head = read(name, MAX_META_FILE_BYTES)[:4096].decode("utf-8", "ignore")
+    except LabelFileError:
+        return False
+    return '"images"' in head or '"annotations"' in head or '"categories"' in head
+
+
+def _match_by_name(images: list[str]) -> dict[str, list[str]]:
+    by_base: dict[str, list[str]] = {}
+    for image in images:
+        by_base.setdefault(posixpath.basename(image).lower(), []).append(image)
+    return by_base
+
+
+def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str]) -> Parsed:
+    skipped: list[tuple[str, str]] = []
+    by_base = _match_by_name(images)
+    parsed_images: dict[str, ParsedImage] = {}
+    names: list[str] = list(classes)
+    kpt_shape = None
+    for coco_name in sorted(coco_files):
+        try:
+            doc = json.loads(_text(read, coco_name, MAX_META_FILE_BYTES))
+        except (LabelFileError, json.JSONDecodeError) as e:
+            skipped.append((coco_name, f"unreadable COCO JSON ({e})"))
+            continue
+        if not isinstance(doc, dict) or not isinstance(doc.get("images"), list):
+            skipped.append((coco_name, "not a COCO file (no images list)"))
+            continue
+        cats = sorted(
+            (c for c in doc.get("categories", []) if isinstance(c, dict) and "id" in c),
+            key=lambda c: c["id"],
+        )
+        cat_index: dict[int, int] = {}
+        for cat in cats:
+            name = str(cat.get("name", f"class{cat['id']}"))
+            if name not in names:
+                names.append(name)
+            cat_index[cat["id"]] = names.index(name)
+            kp = cat.get("keypoints")
+            if isinstance(kp, list) and kp:
+                kpt_shape = [len(kp), 3]
+        stem = posixpath.basename(coco_name).lower()
+        file_split = next((s for k, s in SPLIT_NAMES.items() if k in stem), None)
+        coco_images: dict[int, ParsedImage] = {}
+        for img in doc["images"]:
+            if not isinstance(img, dict) or "id" not in img or "file_name" not in img:
+                skipped.append((coco_name, "an image entry without id or file_name"))
+                continue
+            file_name = str(img["file_name"]).replace("\\", "/")
+            candidates = by_base.get(posixpath.basename(file_name).lower(), [])
+            exact = [c for c in candidates if c.endswith(file_name)]
+            match = (exact or candidates)[:1]
+            if not match:
+                skipped.append((file_name[:200], "listed in the COCO file but not uploaded"))
+                continue
+            path = match[0]
+            split = file_split or split_from_path(path)
+            w, h = img.get("width"), img.get("height")
+            declared = (int(w), int(h)) if isinstance(w, int) and isinstance(h, int) else None
+            entry = parsed_images.setdefault(path, ParsedImage(path, split, declared_size=declared))
+            coco_images[img["id"]] = entry
+        for ann in doc.get("annotations", []):
+            where = f"{coco_name} annotation {ann.get('id', '?') if isinstance(ann, dict) else '?'}"
+            if not isinstance(ann, dict):
+                continue
+            entry = coco_images.get(ann.get("image_id"))
+            if entry is None:
+                skipped.append((where, f"unknown image id {ann.get('image_id')!r}"))
+                continue
+            if ann.get("category_id") not in cat_index:
+                skipped.append((where, f"unknown category id {ann.get('category_id')!r}"))
+                continue
+            if entry.declared_size is None:
+                skipped.append((where, "its image has no width/height in the COCO file"))
+                continue
+            try:
+                entry.labels.extend(_coco_labels(ann, cat_index[ann["category_id"]], entry, task))
+            except ValueError as e:
+                skipped.append((where, f"label {e}"))
+    for p in images:
+        parsed_images.setdefault(p, ParsedImage(p, split_from_path(p)))
+    return Parsed(
+        format="coco",
+        class_names=names,
+        images=parsed_images,
+        skipped=skipped,
+        task=Task.POSE if kpt_shape else None,
+        keypoint_shape=kpt_shape,
+    )
+
+
+def _coco_labels(ann: dict, cls: int, entry: ParsedImage, task: str) -> list[ParsedLabel]:
+    w, h = entry.declared_size
+    bbox = ann.get("bbox")
+    if not (isinstance(bbox, list) and len(bbox) == 4):
+        raise ValueError("without a 4-number bbox")
+    x, y, bw, bh = _finite([str(v) for v in bbox])
+    box = [(x + bw / 2) / w, (y + bh / 2) / h, bw / w, bh / h]
+    corners = [x / w, y / h, (x + bw) / w, (y + bh) / h]
+    if not _in_unit(corners) or bw <= 0 or bh <= 0:
+        raise ValueError("box outside the image or empty")
+    box = _clip(box)
+    if task == Task.SEGMENT and isinstance(ann.get("segmentation"), list):
+        out = []
+        for poly in ann["segmentation"]:
+            xy = _finite([str(v) for v in poly]) if isinstance(poly, list) else []
+            if len(xy) < 6 or len(xy) % 2:
+                continue
+            norm = [v / (w if i % 2 == 0 else h) for i, v in enumerate(xy)]
+            if not _in_unit(norm):
+                raise ValueError("polygon outside the image")
+            out.append(ParsedLabel(cls, LabelKind.POLYGON, _clip(norm)))
+        if out:
+            return out
+    kp = ann.get("keypoints")
+    if task == Task.POSE and isinstance(kp, list) and kp and len(kp) % 3 == 0:
+        vals = _finite([str(v) for v in kp])
+        norm = []
+        for i in range(0, len(vals), 3):
+            px, py, v = vals[i : i + 3]
+            norm += [px / w, py / h, v]
+        if not _in_unit([c for i, c in enumerate(norm) if i % 3 != 2]):
+            raise ValueError("keypoints outside the image")
+        return [ParsedLabel(cls, LabelKind.KEYPOINTS, box + norm)]
+    return [ParsedLabel(cls, LabelKind.BOX, box)]
+
+
+def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
+    skipped: list[tuple[str, str]] = []
+    by_base = _match_by_name(images)
+    by_stem: dict[str, list[str]] = {}
+    for image in images:
+        by_stem.setdefault(posixpath.splitext(image)[0].lower(), []).append(image)
+    names: list[str] = list(classes)
+    parsed_images = {p: ParsedImage(p, split_from_path(p)) for p in images}
+    raw: list[tuple[str, str, list[float], tuple[int, int]]] = []
+    for xml_name in sorted(xmls):
+        try:
+            root = ElementTree.fromstring(read(xml_name, MAX_LABEL_FILE_BYTES))
+        except (ElementTree.ParseError, DefusedXmlException, LabelFileError) as e:
+            skipped.append((xml_name, f"unreadable XML ({type(e).__name__})"))
+            continue
+        if root.tag != "annotation":
+            continue
+        filename = (root.findtext("filename") or "").strip()
+        stem = posixpath.splitext(xml_name)[0].lower()
+        match = by_base.get(filename.lower()) or by_stem.get(stem) or []
+        if not match:
+            skipped.append((xml_name, "no uploaded image matches this annotation"))
+            continue
+        image = match[0]
+        try:
+            size = (int(root.findtext("size/width")), int(root.findtext("size/height")))
+            if size[0] <= 0 or size[1] <= 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            skipped.append((xml_name, "no valid <size> width/height"))
+            continue
+        parsed_images[image].declared_size = size
+        for obj in root.iter("object"):
+            name = (obj.findtext("name") or "").strip()
+            try:
+                x1, y1, x2, y2 = _finite(
+                    [obj.findtext(f"bndbox/{k}") or "x" for k in ("xmin", "ymin", "xmax", "ymax")]
+                )
+            except ValueError as e:
+                skipped.append((xml_name, f"object {name[:40]!r}: {e}"))
+                continue
+            if not name:
+                skipped.append((xml_name, "an object without a name"))
+                continue
+            raw.append((image, name, [x1, y1, x2, y2], size))
+    for name in sorted({r[1] for r in raw}):
+        if name not in names:
+            names.append(name)
+    for image, name, (x1, y1, x2, y2), (w, h) in raw:
+        # VOC boxes are 1-based pixel corners (as Ultralytics' VOC converter reads them).
+        box = [((x1 + x2) / 2 - 1) / w, ((y1 + y2) / 2 - 1) / h, (x2 - x1) / w, (y2 - y1) / h]
+        if not _in_unit(box) or box[2] <= 0 or box[3] <= 0:
+            skipped.append((image, f"box of {name[:40]!r} outside the image"))
+            continue
+        parsed_images[image].labels.append(
+            ParsedLabel(names.index(name), LabelKind.BOX, _clip(box))
+        )
+    return Parsed(format="voc", class_names=names, images=parsed_images, skipped=skipped)
+
+
+def parse_classification_folders(images: list[str], classes: list[str]) -> Parsed:
+    """`split/class/image` or `class/image`: the folder names the class."""
+    names = list(classes)
+    parsed_images: dict[str, ParsedImage] = {}
+    skipped: list[tuple[str, str]] = []
+    found: dict[str, str] = {}
+    for image in images:
+        parts = image.split("/")
+        dirs = [p for p in parts[:-1] if p.lower() not in SPLIT_NAMES]
+        if not dirs:
+            skipped.append((image, "not inside a class folder (expected split/class/image)"))
+            continue
+        found[image] = dirs[-1]
+    for cls_name in sorted(set(found.values())):
+        if cls_name not in names:
+            names.append(cls_name)
+    for image, cls_name in found.items():
+        parsed_images[image] = ParsedImage(
+            image, split_from_path(image), [ParsedLabel(names.index(cls_name), LabelKind.TAG, [])]
+        )
+    return Parsed(
+        format="classification-folders",
+        class_names=names,
+        images=parsed_images,
+        skipped=skipped,
+        task=Task.CLASSIFY,
+    )

@@ -1,0 +1,464 @@
+"""Import an upload (or a folder or archive on the server's disk) into a dataset.
+
+All rows of one import are written in one transaction: a fatal problem leaves the dataset as it
+was. Image bytes are stored once per SHA-256; bytes stored by a failed import are removed again.
+"""
+
+import logging
+import tempfile
+import time
+import unicodedata
+from collections import Counter
+from pathlib import Path
+
+from django.core.cache import cache
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.utils import timezone
+
+from datasets.models import (
+    Blob,
+    Dataset,
+    DatasetClass,
+    Image,
+    Import,
+    ImportStatus,
+    Label,
+    UploadChunk,
+)
+from datasets.services.archive import (
+    Archive,
+    ArchiveError,
+    EntryError,
+    FolderSource,
+    Limits,
+    is_nested_archive,
+)
+from datasets.services.formats import (
+    MAX_META_FILE_BYTES,
+    LabelFileError,
+    Parsed,
+    ParsedImage,
+    detect_and_parse,
+)
+from datasets.services.images import ImageRejected, image_check, looks_like_image
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+MAX_REPORT_LINES = 1000
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
+META_SUFFIXES = (".txt", ".yaml", ".yml", ".json", ".xml")
+IGNORED = ("__macosx/", ".ds_store", "thumbs.db", "desktop.ini")
+_BIDI_AND_CONTROL = {"Cc", "Cf"}
+
+
+def _progress_key(import_id: int) -> str:
+    return f"import-progress:{import_id}"
+
+
+def _progress(import_id: int, phase: str, done: int = 0, total: int = 0) -> None:
+    cache.set(_progress_key(import_id), {"phase": phase, "done": done, "total": total}, 24 * 3600)
+
+
+def import_progress(imp: Import) -> dict:
+    """Where a running import is: read from Redis while its rows are not yet committed."""
+    if imp.is_final:
+        return {
+            "phase": imp.get_status_display(),
+            "done": imp.progress_done,
+            "total": imp.progress_total,
+        }
+    return cache.get(_progress_key(imp.pk)) or {
+        "phase": imp.get_status_display(),
+        "done": imp.progress_done,
+        "total": imp.progress_total,
+    }
+
+
+def display_name(name: str) -> str:
+    """The file's own name, without control or bidi characters, at most 255 characters."""
+    base = name.rsplit("/", 1)[-1]
+    clean = "".join(ch for ch in base if unicodedata.category(ch) not in _BIDI_AND_CONTROL)
+    return (clean or "unnamed")[:255]
+
+
+def _limits_for(dataset: Dataset) -> Limits:
+    plan = dataset.workspace.plan
+    return Limits(max_total_bytes=plan.max_import_inflated_bytes)
+
+
+# --- sources ----------------------------------------------------------------------------------
+
+
+class _UploadedFiles:
+    """Several uploaded files (images with their label files), read chunk by chunk."""
+
+    kind = "files"
+
+    def __init__(self, imp: Import, files: list[dict], chunks: dict[int, list[str]]):
+        from datasets.services.archive import Entry
+
+        self._files, self._entries = {}, {}
+        for index, spec in enumerate(files):
+            name = display_name(spec["name"])
+            if name in self._entries:
+                name = f"{index}-{name}"
+            self._entries[name] = Entry(name=name, size=spec["size"])
+            self._files[name] = chunks.get(index, [])
+
+    @property
+    def entries(self):
+        return list(self._entries.values())
+
+    def read(self, name: str) -> bytes:
+        entry = self._entries[name]
+        if entry.size > MAX_META_FILE_BYTES:
+            raise EntryError("larger than a single file may be")
+        data = b"".join(default_storage.open(key).read() for key in self._files[name])
+        if len(data) != entry.size:
+            raise EntryError("its upload is incomplete")
+        return data
+
+    def iter_read(self, names):
+        for name in names:
+            try:
+                yield name, self.read(name)
+            except EntryError as e:
+                yield name, e
+
+    def close(self) -> None:
+        pass
+
+
+def _open_upload(imp: Import, limits: Limits):
+    chunks: dict[int, list[str]] = {}
+    for chunk in UploadChunk.objects.filter(upload=imp).order_by("file_index", "chunk_index"):
+        chunks.setdefault(chunk.file_index, []).append(chunk.storage_key)
+    files = imp.files or [{"name": imp.filename, "size": imp.total_size}]
+    if len(files) == 1 and not looks_like_image(files[0]["name"]):
+        # One archive: assemble its chunks into a local temp file (zip needs to seek).
+        tmp = tempfile.TemporaryFile()
+        for key in chunks.get(0, []):
+            with default_storage.open(key) as part:
+                while block := part.read(1 << 20):
+                    tmp.write(block)
+        if tmp.tell() != files[0]["size"]:
+            raise ArchiveError("The upload is incomplete; send the missing parts and try again.")
+        try:
+            return Archive(tmp, limits)
+        except ArchiveError:
+            tmp.close()
+            raise
+    return _UploadedFiles(imp, files, chunks)
+
+
+# --- the import -------------------------------------------------------------------------------
+
+
+class _Run:
+    def __init__(self, dataset: Dataset, imp: Import, source):
+        self.dataset, self.imp, self.source = dataset, imp, source
+        self.skipped: list[tuple[str, str]] = []
+        self.stored_keys: list[str] = []  # bytes this import put in storage (removed on failure)
+        self.new_blob_ids: list[int] = []
+
+    def _read_small(self, name: str, limit: int) -> bytes:
+        size = self._sizes[name]
+        if size > limit:
+            raise LabelFileError(f"larger than {limit // 2**20} MiB")
+        try:
+            return self.source.read(name)
+        except EntryError as e:
+            raise LabelFileError(str(e)) from None
+
+    def run(self) -> dict:
+        started = time.monotonic()
+        _progress(self.imp.pk, "reading the archive")
+        entries = self.source.entries
+        self._sizes = {e.name: e.size for e in entries}
+        usable = []
+        for entry in entries:
+            low = entry.name.lower()
+            if any(low.startswith(p) or low.endswith(p) or f"/{p}" in low for p in IGNORED):
+                continue
+            if low.rsplit("/", 1)[-1].startswith("."):
+                continue
+            if is_nested_archive(low):
+                self.skipped.append((entry.name, "nested archive (not unpacked)"))
+            elif looks_like_image(low) or low.endswith(META_SUFFIXES):
+                usable.append(entry.name)
+            else:
+                self.skipped.append((entry.name, "unsupported file"))
+        existing = list(self.dataset.classes.order_by("index").values_list("name", flat=True))
+        parsed = detect_and_parse(
+            usable, self._read_small, task=self.dataset.task, classes=existing
+        )
+        self.skipped += parsed.skipped
+        with transaction.atomic():
+            report = self._write(parsed, existing)
+        report["seconds"] = round(time.monotonic() - started, 2)
+        return report
+
+    def _class_map(self, parsed: Parsed, existing: list[str]) -> list[DatasetClass | None]:
+        dataset = self.dataset
+        if not existing:
+            DatasetClass.objects.bulk_create(
+                DatasetClass(dataset=dataset, index=i, name=n[:100])
+                for i, n in enumerate(parsed.class_names)
+            )
+        by_name = {c.name: c for c in DatasetClass.objects.filter(dataset=dataset)}
+        fields = []
+        if parsed.keypoint_shape and not dataset.keypoint_shape:
+            dataset.keypoint_shape = parsed.keypoint_shape
+            fields.append("keypoint_shape")
+        if fields:
+            dataset.save(update_fields=[*fields, "updated_at"])
+        return [by_name.get(n[:100]) for n in parsed.class_names]
+
+    def _write(self, parsed: Parsed, existing: list[str]) -> dict:
+        dataset = (
+            Dataset.objects.select_for_update()
+            .select_related("workspace__plan")
+            .get(pk=self.dataset.pk)
+        )
+        self.dataset = dataset
+        classes = self._class_map(parsed, existing)
+        seen = dict(Image.objects.filter(dataset=dataset).values_list("blob__sha256", "filename"))
+        order = [name for name in (e.name for e in self.source.entries) if name in parsed.images]
+        total = len(order)
+        counts = Counter()
+        per_class = Counter()
+        splits = Counter()
+        pending: list[tuple[ParsedImage, object]] = []
+        duplicates = 0
+        for i, (name, data) in enumerate(self.source.iter_read(order), 1):
+            if isinstance(data, EntryError):
+                self.skipped.append((name, str(data)))
+                continue
+            if len(data) > MAX_IMAGE_BYTES:
+                self.skipped.append((name, f"image larger than {MAX_IMAGE_BYTES // 2**20} MiB"))
+                continue
+            try:
+                checked = image_check(data)
+            except ImageRejected as e:
+                self.skipped.append((name, str(e)))
+                continue
+            del data
+            if checked.sha256 in seen:
+                duplicates += 1
+                self.skipped.append((name, f"duplicate of {seen[checked.sha256]}"))
+                continue
+            seen[checked.sha256] = display_name(name)
+            pending.append((parsed.images[name], checked))
+            if len(pending) >= BATCH:
+                self._flush(pending, classes, counts, per_class, splits)
+                pending = []
+            if i % 50 == 0 or i == total:
+                _progress(self.imp.pk, "importing images", i, total)
+        self._flush(pending, classes, counts, per_class, splits)
+        _progress(self.imp.pk, "saving", total, total)
+        return {
+            "format": parsed.format,
+            "images_imported": counts["images"],
+            "labels_imported": counts["labels"],
+            "labels_per_class": dict(per_class),
+            "splits": dict(splits),
+            "duplicates": duplicates,
+            "skipped_count": len(self.skipped),
+            "skipped": [{"file": f, "reason": r} for f, r in self.skipped[:MAX_REPORT_LINES]],
+            "classes": [c.name for c in DatasetClass.objects.filter(dataset=dataset)],
+        }
+
+    def _flush(self, pending, classes, counts, per_class, splits) -> None:
+        if not pending:
+            return
+        shas = [checked.sha256 for _, checked in pending]
+        known = dict(Blob.objects.filter(sha256__in=shas).values_list("sha256", "id"))
+        new_blobs = []
+        for _, checked in pending:
+            if checked.sha256 in known:
+                continue
+            blob = Blob(
+                sha256=checked.sha256,
+                size=len(checked.data),
+                content_type=checked.content_type,
+                width=checked.width,
+                height=checked.height,
+            )
+            if not default_storage.exists(blob.storage_key):
+                default_storage.save(blob.storage_key, ContentFile(checked.data))
+                self.stored_keys.append(blob.storage_key)
+            new_blobs.append(blob)
+            known[checked.sha256] = None
+        Blob.objects.bulk_create(new_blobs, ignore_conflicts=True)
+        blob_ids = dict(Blob.objects.filter(sha256__in=shas).values_list("sha256", "id"))
+        self.new_blob_ids += [blob_ids[b.sha256] for b in new_blobs]
+        images = []
+        for parsed_image, checked in pending:
+            images.append(
+                Image(
+                    dataset=self.dataset,
+                    blob_id=blob_ids[checked.sha256],
+                    filename=display_name(parsed_image.name),
+                    split=parsed_image.split,
+                )
+            )
+        Image.objects.bulk_create(images)
+        labels = []
+        for image, (parsed_image, checked) in zip(images, pending, strict=True):
+            splits[image.split] += 1
+            size = (checked.width, checked.height)
+            if (
+                parsed_image.declared_size
+                and parsed_image.declared_size != size
+                and parsed_image.labels
+            ):
+                dw, dh = parsed_image.declared_size
+                self.skipped.append(
+                    (
+                        parsed_image.name,
+                        f"labels drawn for {dw}×{dh} but the image is {size[0]}×{size[1]}",
+                    )
+                )
+                continue
+            n = 0
+            for label in parsed_image.labels:
+                cls = classes[label.cls] if label.cls < len(classes) else None
+                if cls is None:
+                    self.skipped.append((parsed_image.name, "label of a class this dataset lacks"))
+                    continue
+                labels.append(
+                    Label(image=image, dataset_class=cls, kind=label.kind, data=label.data)
+                )
+                per_class[cls.name] += 1
+                n += 1
+            image.label_count = n
+        Label.objects.bulk_create(labels, batch_size=2000)
+        Image.objects.bulk_update(
+            [i for i in images if i.label_count], ["label_count"], batch_size=1000
+        )
+        counts["images"] += len(images)
+        counts["labels"] += len(labels)
+
+    def cleanup_failed(self) -> None:
+        """After a rollback, remove bytes this import stored that no blob row names."""
+        for key in self.stored_keys:
+            sha = key.rsplit("/", 1)[-1]
+            if not Blob.objects.filter(sha256=sha).exists():
+                default_storage.delete(key)
+
+
+def _after_commit(dataset_id: int, blob_ids: list[int]) -> None:
+    from datasets.tasks import health_run_task, thumbnails_make_task
+
+    for start in range(0, len(blob_ids), 500):
+        thumbnails_make_task.delay(blob_ids[start : start + 500])
+    health_run_task.delay(dataset_id)
+
+
+def _execute(imp: Import, source) -> Import:
+    """Run the import of `source` into `imp.dataset` and record the outcome on `imp`."""
+    run = _Run(imp.dataset, imp, source)
+    try:
+        report = run.run()
+    except ArchiveError as e:
+        run.cleanup_failed()
+        imp.status, imp.error = ImportStatus.FAILED, str(e)
+        imp.report = {
+            "skipped": [{"file": f, "reason": r} for f, r in run.skipped[:MAX_REPORT_LINES]]
+        }
+    except Exception:
+        run.cleanup_failed()
+        logger.exception("import %s failed", imp.pk)
+        imp.status = ImportStatus.FAILED
+        imp.error = "The import failed because of an internal error; nothing was imported."
+    else:
+        imp.status, imp.report, imp.format = ImportStatus.SUCCEEDED, report, report["format"]
+        imp.progress_done = imp.progress_total = report["images_imported"]
+        blob_ids, dataset_id = run.new_blob_ids, imp.dataset_id
+        transaction.on_commit(lambda: _after_commit(dataset_id, blob_ids))
+    finally:
+        source.close()
+    imp.finished_at = timezone.now()
+    imp.save(
+        update_fields=[
+            "status",
+            "error",
+            "report",
+            "format",
+            "progress_done",
+            "progress_total",
+            "finished_at",
+        ]
+    )
+    cache.delete(_progress_key(imp.pk))
+    return imp
+
+
+def import_run(*, import_id: int) -> Import | None:
+    """Run a queued upload's import (the Celery task calls this). A final import is left alone."""
+    with transaction.atomic():
+        imp = (
+            Import.objects.select_for_update(skip_locked=True)
+            .select_related("dataset__workspace__plan")
+            .filter(pk=import_id)
+            .first()
+        )
+        if imp is None or imp.status != ImportStatus.QUEUED:
+            return imp
+        imp.status, imp.started_at = ImportStatus.RUNNING, timezone.now()
+        imp.save(update_fields=["status", "started_at"])
+    try:
+        source = _open_upload(imp, _limits_for(imp.dataset))
+    except ArchiveError as e:
+        imp.status, imp.error, imp.finished_at = ImportStatus.FAILED, str(e), timezone.now()
+        imp.save(update_fields=["status", "error", "finished_at"])
+        result = imp
+    else:
+        result = _execute(imp, source)
+    _delete_chunks(imp)
+    return result
+
+
+def _delete_chunks(imp: Import) -> None:
+    try:
+        from datasets.services.uploads import upload_chunks_delete
+    except ImportError:  # pragma: no cover - the uploads module arrives with its own change
+        return
+    upload_chunks_delete(imp=imp)
+
+
+def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path) -> Import:
+    """Import an archive or folder from the server's disk, synchronously (CLI and tests)."""
+    access.require(Perm.WRITE)
+    path = Path(path)
+    if not path.exists():
+        raise ArchiveError(f"{path} does not exist.")
+    imp = Import.objects.create(
+        dataset=dataset,
+        status=ImportStatus.RUNNING,
+        filename=display_name(path.name),
+        files=[{"name": path.name, "size": path.stat().st_size if path.is_file() else 0}],
+        total_size=path.stat().st_size if path.is_file() else 0,
+        created_by=access.user,
+        started_at=timezone.now(),
+    )
+    imp.dataset = dataset
+    limits = _limits_for(dataset)
+    try:
+        if path.is_dir():
+            source = FolderSource(path, limits)
+        elif looks_like_image(path.name):
+            source = FolderSource(path.parent, limits)
+            source._entries = {path.name: source._entries[path.name]}
+        else:
+            source = Archive(path.open("rb"), limits)
+    except ArchiveError as e:
+        imp.status, imp.error, imp.finished_at = ImportStatus.FAILED, str(e), timezone.now()
+        imp.save(update_fields=["status", "error", "finished_at"])
+        return imp
+    return _execute(imp, source)
