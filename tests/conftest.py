@@ -1,7 +1,12 @@
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 
 from billing.services import plans_seed
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
@@ -55,3 +60,44 @@ def stranger(plans) -> User:
         workspace=WorkspaceFactory(name="Elsewhere", slug="elsewhere"), user=user, role=Role.OWNER
     )
     return user
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db):
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "config.test_settings",
+    }
+    queue = f"test-{os.getpid()}"  # this run's own queue: no other worker takes its tasks
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            queue,
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        yield queue
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
