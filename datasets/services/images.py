@@ -33,6 +33,7 @@ class CheckedImage:
     content_type: str
     width: int
     height: int
+    size: int
 
 
 def looks_like_image(name: str) -> bool:
@@ -79,6 +80,7 @@ def image_check(data: bytes) -> CheckedImage:
         content_type=ALLOWED_FORMATS[fmt],
         width=width,
         height=height,
+        size=len(data),
     )
 
 

@@ -5,10 +5,14 @@ was. Image bytes are stored once per SHA-256; bytes stored by a failed import ar
 """
 
 import logging
+import os
 import tempfile
+import threading
 import time
 import unicodedata
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from django.core.cache import cache
@@ -42,13 +46,14 @@ from datasets.services.formats import (
     ParsedImage,
     detect_and_parse,
 )
-from datasets.services.images import ImageRejected, image_check, looks_like_image
+from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+CHECK_THREADS = max(2, min(8, os.cpu_count() or 2))
 MAX_REPORT_LINES = 1000
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
 META_SUFFIXES = (".txt", ".yaml", ".yml", ".json", ".xml")
@@ -163,7 +168,7 @@ class _Run:
     def __init__(self, dataset: Dataset, imp: Import, source):
         self.dataset, self.imp, self.source = dataset, imp, source
         self.skipped: list[tuple[str, str]] = []
-        self.stored_keys: list[str] = []  # bytes this import put in storage (removed on failure)
+        self.writer = _BlobWriter()  # stores bytes; its list is removed again on failure
         self.new_blob_ids: list[int] = []
 
     def _read_small(self, name: str, limit: int) -> bytes:
@@ -235,28 +240,19 @@ class _Run:
         splits = Counter()
         pending: list[tuple[ParsedImage, object]] = []
         duplicates = 0
-        for i, (name, data) in enumerate(self.source.iter_read(order), 1):
-            if isinstance(data, EntryError):
-                self.skipped.append((name, str(data)))
-                continue
-            if len(data) > MAX_IMAGE_BYTES:
-                self.skipped.append((name, f"image larger than {MAX_IMAGE_BYTES // 2**20} MiB"))
-                continue
-            try:
-                checked = image_check(data)
-            except ImageRejected as e:
-                self.skipped.append((name, str(e)))
-                continue
-            del data
-            if checked.sha256 in seen:
+        images = _checked_images(self.source.iter_read(order), self.writer)
+        for i, (name, checked) in enumerate(images, 1):
+            if isinstance(checked, str):
+                self.skipped.append((name, checked))
+            elif checked.sha256 in seen:
                 duplicates += 1
                 self.skipped.append((name, f"duplicate of {seen[checked.sha256]}"))
-                continue
-            seen[checked.sha256] = display_name(name)
-            pending.append((parsed.images[name], checked))
-            if len(pending) >= BATCH:
-                self._flush(pending, classes, counts, per_class, splits)
-                pending = []
+            else:
+                seen[checked.sha256] = display_name(name)
+                pending.append((parsed.images[name], checked))
+                if len(pending) >= BATCH:
+                    self._flush(pending, classes, counts, per_class, splits)
+                    pending = []
             if i % 50 == 0 or i == total:
                 _progress(self.imp.pk, "importing images", i, total)
         self._flush(pending, classes, counts, per_class, splits)
@@ -282,74 +278,124 @@ class _Run:
         for _, checked in pending:
             if checked.sha256 in known:
                 continue
-            blob = Blob(
-                sha256=checked.sha256,
-                size=len(checked.data),
-                content_type=checked.content_type,
-                width=checked.width,
-                height=checked.height,
+            new_blobs.append(
+                Blob(
+                    sha256=checked.sha256,
+                    size=checked.size,
+                    content_type=checked.content_type,
+                    width=checked.width,
+                    height=checked.height,
+                )
             )
-            if not default_storage.exists(blob.storage_key):
-                default_storage.save(blob.storage_key, ContentFile(checked.data))
-                self.stored_keys.append(blob.storage_key)
-            new_blobs.append(blob)
             known[checked.sha256] = None
         Blob.objects.bulk_create(new_blobs, ignore_conflicts=True)
         blob_ids = dict(Blob.objects.filter(sha256__in=shas).values_list("sha256", "id"))
         self.new_blob_ids += [blob_ids[b.sha256] for b in new_blobs]
-        images = []
+        images, labels = [], []
         for parsed_image, checked in pending:
-            images.append(
-                Image(
-                    dataset=self.dataset,
-                    blob_id=blob_ids[checked.sha256],
-                    filename=display_name(parsed_image.name),
-                    split=parsed_image.split,
-                )
+            image = Image(
+                dataset=self.dataset,
+                blob_id=blob_ids[checked.sha256],
+                filename=display_name(parsed_image.name),
+                split=parsed_image.split,
             )
-        Image.objects.bulk_create(images)
-        labels = []
-        for image, (parsed_image, checked) in zip(images, pending, strict=True):
+            images.append(image)
             splits[image.split] += 1
-            size = (checked.width, checked.height)
-            if (
-                parsed_image.declared_size
-                and parsed_image.declared_size != size
-                and parsed_image.labels
-            ):
-                dw, dh = parsed_image.declared_size
-                self.skipped.append(
-                    (
-                        parsed_image.name,
-                        f"labels drawn for {dw}×{dh} but the image is {size[0]}×{size[1]}",
-                    )
-                )
-                continue
-            n = 0
-            for label in parsed_image.labels:
-                cls = classes[label.cls] if label.cls < len(classes) else None
-                if cls is None:
-                    self.skipped.append((parsed_image.name, "label of a class this dataset lacks"))
-                    continue
+            for label in self._labels_for(parsed_image, checked, classes):
                 labels.append(
-                    Label(image=image, dataset_class=cls, kind=label.kind, data=label.data)
+                    Label(image=image, dataset_class=label[0], kind=label[1], data=label[2])
                 )
-                per_class[cls.name] += 1
-                n += 1
-            image.label_count = n
+                per_class[label[0].name] += 1
+                image.label_count += 1
+        Image.objects.bulk_create(images)
         Label.objects.bulk_create(labels, batch_size=2000)
-        Image.objects.bulk_update(
-            [i for i in images if i.label_count], ["label_count"], batch_size=1000
-        )
         counts["images"] += len(images)
         counts["labels"] += len(labels)
 
+    def _labels_for(self, parsed_image: ParsedImage, checked, classes) -> list[tuple]:
+        """The labels to write for one image, mapped to the dataset's classes."""
+        if not parsed_image.labels:
+            return []
+        size = (checked.width, checked.height)
+        if parsed_image.declared_size and parsed_image.declared_size != size:
+            dw, dh = parsed_image.declared_size
+            self.skipped.append(
+                (
+                    parsed_image.name,
+                    f"labels drawn for {dw}×{dh} but the image is {size[0]}×{size[1]}",
+                )
+            )
+            return []
+        out = []
+        for label in parsed_image.labels:
+            cls = classes[label.cls] if label.cls < len(classes) else None
+            if cls is None:
+                self.skipped.append((parsed_image.name, "label of a class this dataset lacks"))
+                continue
+            out.append((cls, label.kind, label.data))
+        return out
+
     def cleanup_failed(self) -> None:
         """After a rollback, remove bytes this import stored that no blob row names."""
-        for key in self.stored_keys:
+        for key in self.writer.written:
             sha = key.rsplit("/", 1)[-1]
             if not Blob.objects.filter(sha256=sha).exists():
                 default_storage.delete(key)
+
+
+class _BlobWriter:
+    """Stores each new image's bytes once, from the checking threads; remembers what it wrote."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._claimed: set[str] = set()
+        self.written: list[str] = []
+
+    def store(self, checked: CheckedImage) -> None:
+        key = f"blobs/{checked.sha256[:2]}/{checked.sha256}"
+        with self._lock:
+            if checked.sha256 in self._claimed:
+                return
+            self._claimed.add(checked.sha256)
+        if not default_storage.exists(key):
+            default_storage.save(key, ContentFile(checked.data))
+            with self._lock:
+                self.written.append(key)
+
+
+def _check_one(item: tuple[str, bytes | EntryError], writer: "_BlobWriter") -> tuple:
+    name, data = item
+    if isinstance(data, EntryError):
+        return name, str(data)
+    if len(data) > MAX_IMAGE_BYTES:
+        return name, f"image larger than {MAX_IMAGE_BYTES // 2**20} MiB"
+    try:
+        checked = image_check(data)
+    except ImageRejected as e:
+        return name, str(e)
+    writer.store(checked)
+    return name, CheckedImage(
+        data=b"",
+        sha256=checked.sha256,
+        content_type=checked.content_type,
+        width=checked.width,
+        height=checked.height,
+        size=checked.size,
+    )
+
+
+def _checked_images(items: Iterator, writer: "_BlobWriter") -> Iterator[tuple]:
+    """Check and store images on a few threads (Pillow, hashlib and file writes release the
+    GIL), in order, with a bounded read-ahead so memory stays flat whatever the archive size.
+    Threads, not processes: Celery's worker processes may not start children."""
+    with ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
+        window: deque = deque()
+        for item in items:
+            window.append(pool.submit(_check_one, item, writer))
+            if len(window) >= CHECK_THREADS * 4:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
 
 
 def _after_commit(dataset_id: int, blob_ids: list[int]) -> None:

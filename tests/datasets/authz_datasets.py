@@ -1,6 +1,6 @@
 """Authorisation-matrix rows for dataset pages (see tests/test_authz_matrix.py)."""
 
-from tests.test_authz_matrix import Row, _ws
+from tests.test_authz_matrix import ApiRow, Row, _ws
 
 ROUTES = [
     Row("dataset_list", "get", "viewer", 200, _ws()),
@@ -11,4 +11,11 @@ ROUTES = [
     Row("dataset_edit", "post", "editor", 302, _ws(pk="@dataset"), {"name": "Renamed DS"}),
     Row("dataset_delete", "get", "editor", 200, _ws(pk="@dataset")),
     Row("dataset_delete", "post", "editor", 302, _ws(pk="@dataset"), {"confirm": "Birds DS"}),
+]
+
+API = [
+    ApiRow(
+        "/api/v1/datasets", "post", "editor", "write", 201, {"name": "API DS", "workspace": "acme"}
+    ),
+    ApiRow("/api/v1/datasets/{dataset_id}", "get", "viewer", "read", 200),
 ]

@@ -1,0 +1,130 @@
+"""Ingest speed: a zip of N generated 640x480 JPEGs with YOLO labels, imported for real.
+
+Prints rows committed per second, the time the thumbnails then take, peak memory of the import,
+and the ratio to a bare loop that only hashes each file and reads its image header.
+
+    .venv/bin/python bench/ingest.py [--images 10000]
+
+Runs against the database in DATABASE_URL (default: the quick-start SQLite; use PostgreSQL for
+figures that mean something: DATABASE_URL=postgres://postgres@127.0.0.1:5432/kestrel_bench).
+"""
+
+import argparse
+import hashlib
+import io
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+
+def make_zip(path: Path, n: int) -> None:
+    from PIL import Image, ImageDraw
+
+    rng = random.Random(0)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("data.yaml", "train: images/train\nval: images/val\nnames: [circle, square]\n")
+        for i in range(n):
+            img = Image.new("RGB", (640, 480), (rng.randrange(256), rng.randrange(256), 90))
+            draw = ImageDraw.Draw(img)
+            lines = []
+            for _ in range(3):
+                w, h = rng.randint(20, 200), rng.randint(20, 200)
+                x, y = rng.randint(0, 640 - w), rng.randint(0, 480 - h)
+                cls = rng.randrange(2)
+                colour = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+                (draw.ellipse if cls == 0 else draw.rectangle)([x, y, x + w, y + h], fill=colour)
+                lines.append(f"{cls} {(x + w / 2) / 640:.6f} {(y + h / 2) / 480:.6f} {w / 640:.6f} {h / 480:.6f}")
+            out = io.BytesIO()
+            img.save(out, format="JPEG", quality=85)
+            split = "val" if i % 10 == 0 else "train"
+            zf.writestr(f"images/{split}/{i:06d}.jpg", out.getvalue())
+            zf.writestr(f"labels/{split}/{i:06d}.txt", "\n".join(lines) + "\n")
+
+
+def bare_loop(path: Path) -> float:
+    """The floor: read each entry, hash it, read its image header. No checks, no writes."""
+    from PIL import Image
+
+    start = time.perf_counter()
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if info.filename.endswith(".jpg"):
+                data = zf.read(info)
+                hashlib.sha256(data).hexdigest()
+                with Image.open(io.BytesIO(data)) as img:
+                    img.size  # noqa: B018
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--images", type=int, default=10_000)
+    args = parser.parse_args()
+
+    cache = ROOT / "var" / "bench"
+    cache.mkdir(parents=True, exist_ok=True)
+    archive = cache / f"ingest-{args.images}.zip"
+    if not archive.exists():
+        t = time.perf_counter()
+        make_zip(archive, args.images)
+        print(f"generated {archive.name} ({archive.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s")
+
+    media = tempfile.mkdtemp(prefix="kestrel-bench-media-")
+    os.environ["MEDIA_ROOT"] = media
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from billing.services import plans_seed
+    from datasets.models import Blob, Dataset
+    from datasets.services.datasets import dataset_create
+    from datasets.services.ingest import dataset_import_path
+    from datasets.services.thumbnails import thumbnails_make
+    from workspaces.models import User
+    from workspaces.selectors import workspace_access_for_user
+    from workspaces.services import workspace_create_team
+
+    plans_seed()
+    user, _ = User.objects.get_or_create(email="bench@example.com")
+    team = workspace_create_team(user=user, name=f"bench {time.time():.0f}")
+    access = workspace_access_for_user(user=user, slug=team.slug)
+    Dataset.objects.filter(workspace=team).delete()
+    dataset = dataset_create(access=access, name="bench", task="detect")
+
+    bare = bare_loop(archive)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    imp = dataset_import_path(access=access, dataset=dataset, path=archive)
+    ingest = time.perf_counter() - start
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert imp.status == "succeeded", imp.error
+    n = imp.report["images_imported"]
+
+    blob_ids = list(Blob.objects.filter(images__dataset=dataset).values_list("id", flat=True))
+    start = time.perf_counter()
+    for i in range(0, len(blob_ids), 500):
+        thumbnails_make(blob_ids=blob_ids[i : i + 500])
+    thumbs = time.perf_counter() - start
+
+    print(f"images imported            {n}")
+    print(f"labels imported            {imp.report['labels_imported']}")
+    print(f"import wall time           {ingest:.2f} s  = {n / ingest:,.0f} images/s committed")
+    print(f"thumbnails (one process)   {thumbs:.2f} s  = {thumbs / ingest:.2f}x the import time")
+    print(f"bare hash+header loop      {bare:.2f} s  = {n / bare:,.0f} images/s")
+    print(f"import / bare loop         {ingest / bare:.2f}x")
+    print(f"peak RSS of this process   {peak_mib:.0f} MiB (before the import {rss_before / 1024:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
