@@ -214,6 +214,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "workspaces.invitations_purge_expired",
         "schedule": crontab(minute=17),
     },
+    "imports-requeue-stale": {
+        "task": "datasets.imports_requeue_stale",
+        "schedule": crontab(minute="*/5"),
+    },
     "blobs-collect-garbage": {
         "task": "datasets.blobs_collect_garbage",
         "schedule": crontab(hour=3, minute=41),

@@ -179,6 +179,7 @@ class Import(models.Model):
     received_size = models.PositiveBigIntegerField(default=0)
     chunk_count = models.PositiveIntegerField(default=0)
     format = models.CharField(max_length=32, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     report = models.JSONField(default=dict, blank=True)

@@ -49,3 +49,13 @@ def blobs_collect_garbage_task(**kwargs) -> int:
     from datasets.services.datasets import blobs_collect_garbage
 
     return blobs_collect_garbage()
+
+
+@shared_task(
+    name="datasets.imports_requeue_stale", acks_late=True, soft_time_limit=300, time_limit=360
+)
+def imports_requeue_stale_task(**kwargs) -> int:
+    _log_unexpected("datasets.imports_requeue_stale", kwargs)
+    from datasets.services.ingest import imports_requeue_stale
+
+    return imports_requeue_stale()

@@ -66,7 +66,11 @@ def _progress_key(import_id: int) -> str:
 
 
 def _progress(import_id: int, phase: str, done: int = 0, total: int = 0) -> None:
-    cache.set(_progress_key(import_id), {"phase": phase, "done": done, "total": total}, 24 * 3600)
+    cache.set(
+        _progress_key(import_id),
+        {"phase": phase, "done": done, "total": total, "at": time.time()},
+        24 * 3600,
+    )
 
 
 def import_progress(imp: Import) -> dict:
@@ -457,7 +461,9 @@ def import_run(*, import_id: int) -> Import | None:
         if imp is None or imp.status != ImportStatus.QUEUED:
             return imp
         imp.status, imp.started_at = ImportStatus.RUNNING, timezone.now()
-        imp.save(update_fields=["status", "started_at"])
+        imp.attempts += 1
+        imp.save(update_fields=["status", "started_at", "attempts"])
+    _progress(imp.pk, "starting")
     try:
         source = _open_upload(imp, _limits_for(imp.dataset))
     except ArchiveError as e:
@@ -468,6 +474,42 @@ def import_run(*, import_id: int) -> Import | None:
         result = _execute(imp, source)
     _delete_chunks(imp)
     return result
+
+
+STALE_AFTER_SECONDS = 15 * 60
+MAX_ATTEMPTS = 3
+
+
+def imports_requeue_stale() -> int:
+    """Imports whose worker died (no progress for 15 minutes) run again from their chunks: their
+    rows were never committed, so a rerun cannot import anything twice."""
+    from datasets.tasks import import_run_task
+
+    requeued = 0
+    for imp in Import.objects.filter(status=ImportStatus.RUNNING):
+        beat = cache.get(_progress_key(imp.pk)) or {}
+        last = beat.get("at") or (imp.started_at.timestamp() if imp.started_at else 0)
+        if time.time() - last < STALE_AFTER_SECONDS:
+            continue
+        with transaction.atomic():
+            locked = (
+                Import.objects.select_for_update(skip_locked=True)
+                .filter(pk=imp.pk, status=ImportStatus.RUNNING)
+                .first()
+            )
+            if locked is None:
+                continue
+            if locked.attempts >= MAX_ATTEMPTS:
+                locked.status = ImportStatus.FAILED
+                locked.error = "The import was interrupted three times; nothing was imported."
+                locked.finished_at = timezone.now()
+                locked.save(update_fields=["status", "error", "finished_at"])
+                continue
+            locked.status = ImportStatus.QUEUED
+            locked.save(update_fields=["status"])
+            transaction.on_commit(lambda pk=locked.pk: import_run_task.delay(pk))
+            requeued += 1
+    return requeued
 
 
 def _delete_chunks(imp: Import) -> None:

@@ -241,3 +241,41 @@ def test_upload_import_runs_in_the_real_celery_worker(celery_worker_process, tea
     assert imp.report["images_imported"] == 8
     assert Image.objects.filter(dataset=dataset).count() == 8
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.django_db
+def test_an_import_whose_worker_died_is_requeued_then_given_up(team, tmp_path):
+    from datetime import timedelta
+
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from datasets.models import Import
+    from datasets.services.ingest import MAX_ATTEMPTS, imports_requeue_stale
+
+    dataset = dataset_create(access=team.access("editor"), name="Stale")
+    imp = Import.objects.create(
+        dataset=dataset,
+        filename="x.zip",
+        total_size=1,
+        status=ImportStatus.RUNNING,
+        attempts=1,
+        started_at=timezone.now() - timedelta(hours=1),
+    )
+    fresh = Import.objects.create(
+        dataset=dataset,
+        filename="y.zip",
+        total_size=1,
+        status=ImportStatus.RUNNING,
+        attempts=1,
+        started_at=timezone.now(),
+    )
+    cache.delete(f"import-progress:{imp.pk}")
+    assert imports_requeue_stale() == 1
+    imp.refresh_from_db()
+    fresh.refresh_from_db()
+    assert imp.status == ImportStatus.QUEUED and fresh.status == ImportStatus.RUNNING
+    Import.objects.filter(pk=imp.pk).update(status=ImportStatus.RUNNING, attempts=MAX_ATTEMPTS)
+    imports_requeue_stale()
+    imp.refresh_from_db()
+    assert imp.status == ImportStatus.FAILED and "interrupted" in imp.error
