@@ -89,6 +89,16 @@ ROUTES = [
 ]
 
 
+@dataclass
+class ApiRow:
+    path: str  # as in the OpenAPI schema
+    method: str
+    min_role: str
+    scope: str
+    ok: int
+    body: dict | None = None
+
+
 def _area_rows(name: str) -> list:
     """Rows kept beside each area's tests, in tests/<app>/authz_*.py (ROUTES and API lists)."""
     import importlib
@@ -109,16 +119,6 @@ def _area_rows(name: str) -> list:
 
 
 ROUTES += _area_rows("ROUTES")
-
-
-@dataclass
-class ApiRow:
-    path: str  # as in the OpenAPI schema
-    method: str
-    min_role: str
-    scope: str
-    ok: int
-    body: dict | None = None
 
 
 API = [

@@ -1,3 +1,433 @@
-from django.urls import path  # noqa: F401
+"""The gallery of a dataset, its image pages, image bytes and thumbnails, bulk changes, classes
+and automatic splits. Also the two image routes of public datasets (Explore)."""
 
-urlpatterns: list = []
+from urllib.parse import urlencode
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.core.files.storage import default_storage
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpResponse,
+    HttpResponseNotModified,
+    HttpResponseRedirect,
+    QueryDict,
+)
+from django.shortcuts import redirect, render
+from django.urls import path, reverse
+from django.utils.http import parse_etags
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+
+from datasets import selectors
+from datasets.models import Dataset, Image, Split
+from datasets.services import gallery as services
+from datasets.services.thumbnails import thumbnail_placeholder, thumbnails_request
+from workspaces.decorators import workspace_view
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+
+CACHE_SECONDS = 24 * 3600
+STREAM_BLOCK = 64 * 1024
+# The name a browser saves an image under: ours, never the uploaded one.
+_EXTENSIONS = {
+    "image/jpeg": "jpg",
+    "image/png": "png",
+    "image/webp": "webp",
+    "image/bmp": "bmp",
+    "image/tiff": "tif",
+}
+
+
+class SplitAutoForm(forms.Form):
+    train = forms.IntegerField(min_value=0, max_value=100, initial=80, label="Train %")
+    val = forms.IntegerField(min_value=0, max_value=100, initial=20, label="Val %")
+    test = forms.IntegerField(min_value=0, max_value=100, initial=0, label="Test %")
+    seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=0, label="Seed")
+
+    def clean(self):
+        data = super().clean()
+        parts = [data.get(k) for k in ("train", "val", "test")]
+        if None not in parts and sum(parts) != 100:
+            raise forms.ValidationError(f"The percentages add up to {sum(parts)}, not 100.")
+        return data
+
+
+class ClassNameForm(forms.Form):
+    name = forms.CharField(max_length=100)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _cursor(params, name: str) -> int | None:
+    value = params.get(name, "")
+    return int(value) if value.isdigit() and len(value) < 19 else None
+
+
+def _gallery_url(access: WorkspaceAccess, dataset: Dataset, **params) -> str:
+    url = reverse("dataset_gallery", kwargs={"ws_slug": access.workspace.slug, "pk": dataset.pk})
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "")})
+    return f"{url}?{query}" if query else url
+
+
+def _back(access: WorkspaceAccess, dataset: Dataset, back: str) -> HttpResponseRedirect:
+    """Back to the gallery page a form was sent from, rebuilt from known fields only."""
+    params = QueryDict(back or "")
+    flt = services.GalleryFilter.from_query(params)
+    cursor = {k: _cursor(params, k) for k in ("after", "before")}
+    return redirect(_gallery_url(access, dataset, **flt.params(), **cursor))
+
+
+def _ids(values: list[str]) -> list[int]:
+    return [int(v) for v in values if v.isdigit() and len(v) < 19]
+
+
+def _etag_matches(request, etag: str) -> bool:
+    header = request.headers.get("If-None-Match")
+    if not header:
+        return False
+    return any(tag == "*" or tag.removeprefix("W/") == etag for tag in parse_etags(header))
+
+
+def _image_headers(response: HttpResponse, etag: str | None) -> HttpResponse:
+    response["X-Content-Type-Options"] = "nosniff"
+    if etag is None:
+        response["Cache-Control"] = "no-store"
+    else:
+        response["ETag"] = etag
+        response["Cache-Control"] = f"private, max-age={CACHE_SECONDS}"
+    return response
+
+
+def _serve(
+    request, *, key: str, content_type: str, etag: str, filename: str
+) -> HttpResponse | None:
+    """The stored object as a streamed response, a 304 for a matching ETag, or None when the
+    object is missing."""
+    if _etag_matches(request, etag):
+        return _image_headers(HttpResponseNotModified(), etag)
+    try:
+        stored = default_storage.open(key, "rb")
+    except FileNotFoundError:
+        return None
+    response = FileResponse(stored, content_type=content_type, filename=filename)
+    response.block_size = STREAM_BLOCK
+    return _image_headers(response, etag)
+
+
+def _image_file(request, image: Image) -> HttpResponse:
+    blob = image.blob
+    ext = _EXTENSIONS.get(blob.content_type, "bin")
+    response = _serve(
+        request,
+        key=blob.storage_key,
+        content_type=blob.content_type,
+        etag=f'"{blob.sha256}"',
+        filename=f"image-{image.pk}.{ext}",
+    )
+    if response is None:
+        raise Http404("The image's bytes are missing.")
+    return response
+
+
+def _image_thumb(request, image: Image) -> HttpResponse:
+    """The WebP thumbnail; until it is made, a tiny grey placeholder that no one caches."""
+    blob = image.blob
+    response = None
+    if blob.has_thumbnail:
+        response = _serve(
+            request,
+            key=blob.thumbnail_key,
+            content_type="image/webp",
+            etag=f'"{blob.sha256}-t{settings.DATASET_THUMBNAIL_PX}"',
+            filename=f"image-{image.pk}-thumb.webp",
+        )
+    if response is None:
+        response = HttpResponse(thumbnail_placeholder(), content_type="image/webp")
+        response["Content-Disposition"] = f'inline; filename="image-{image.pk}-thumb.webp"'
+        _image_headers(response, None)
+    return response
+
+
+# --- gallery and image pages ------------------------------------------------------------------
+
+
+def _gallery_context(request, access: WorkspaceAccess, dataset: Dataset) -> dict:
+    flt = services.GalleryFilter.from_query(request.GET)
+    after, before = _cursor(request.GET, "after"), _cursor(request.GET, "before")
+    page = services.gallery_page(dataset=dataset, flt=flt, after=after, before=before)
+    missing = [image.blob_id for image in page.images if not image.blob.has_thumbnail]
+    thumbnails_request(blob_ids=missing)
+    cursor = {k: v for k, v in (("after", after), ("before", before)) if v is not None}
+    back = urlencode({**flt.params(), **cursor})
+    params = flt.params()
+    return {
+        "previous_url": page.has_previous
+        and _gallery_url(access, dataset, **params, before=page.first_id),
+        "next_url": page.has_next and _gallery_url(access, dataset, **params, after=page.last_id),
+        "first_url": page.has_previous and _gallery_url(access, dataset, **params),
+        "access": access,
+        "dataset": dataset,
+        "page": page,
+        "flt": flt,
+        "classes": list(page.classes.values()),
+        "splits": Split.choices,
+        "back": back,
+        "has_cursor": bool(cursor),
+        "split_form": SplitAutoForm(),
+        "can_write": access.can(Perm.WRITE),
+    }
+
+
+@workspace_view(Perm.READ)
+@require_safe
+def dataset_gallery(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    context = _gallery_context(request, access, dataset)
+    if not context["page"].images and context["has_cursor"]:
+        # A cursor past the end (its images were just deleted or moved): the first page instead.
+        return redirect(_gallery_url(access, dataset, **context["flt"].params()))
+    return render(request, "datasets/gallery.html", context)
+
+
+@workspace_view(Perm.READ)
+@require_safe
+def image_detail(request, access: WorkspaceAccess, pk: int, image_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    image = selectors.image_get(dataset=dataset, pk=image_pk)
+    flt = services.GalleryFilter.from_query(request.GET)
+    context = services.image_detail(dataset=dataset, image=image, flt=flt)
+    return render(
+        request,
+        "datasets/image_detail.html",
+        {**context, "access": access, "dataset": dataset, "flt": flt},
+    )
+
+
+@workspace_view(Perm.READ)
+@require_safe
+def image_file(request, access: WorkspaceAccess, pk: int, image_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    return _image_file(request, selectors.image_get(dataset=dataset, pk=image_pk))
+
+
+@workspace_view(Perm.READ)
+@require_safe
+def image_thumb(request, access: WorkspaceAccess, pk: int, image_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    return _image_thumb(request, selectors.image_get(dataset=dataset, pk=image_pk))
+
+
+@require_safe
+def public_image_file(request, pk: int, image_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_public_get(pk=pk)
+    return _image_file(request, selectors.image_get(dataset=dataset, pk=image_pk))
+
+
+@require_safe
+def public_image_thumb(request, pk: int, image_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_public_get(pk=pk)
+    return _image_thumb(request, selectors.image_get(dataset=dataset, pk=image_pk))
+
+
+# --- bulk actions and splits ------------------------------------------------------------------
+
+
+@workspace_view(Perm.WRITE)
+@require_POST
+def images_bulk(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    """Move the ticked images to a split, or delete them (after a confirmation page)."""
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    post = request.POST
+    back = post.get("back", "")
+    field = "page_images" if post.get("all_on_page") else "images"
+    ids = _ids(post.getlist(field))
+    action = post.get("action")
+    try:
+        if action == "move":
+            moved = services.images_split_set(
+                access=access, dataset=dataset, image_ids=ids, split=post.get("to_split", "")
+            )
+            messages.success(
+                request, f"Moved {moved} image{'s' * (moved != 1)} to {post['to_split']}."
+            )
+        elif action == "delete" and post.get("confirm") == "yes":
+            deleted = services.images_delete(access=access, dataset=dataset, image_ids=ids)
+            messages.success(request, f"Deleted {deleted} image{'s' * (deleted != 1)}.")
+        elif action == "delete":
+            chosen = list(
+                Image.objects.filter(dataset=dataset, pk__in=ids[: services.BULK_MAX])
+                .select_related("blob")
+                .order_by("pk")
+            )
+            if not chosen:
+                raise ServiceError("Tick at least one image.")
+            for image in chosen:
+                image.display_name = services.filename_display(image.filename)
+            return render(
+                request,
+                "datasets/gallery.html",
+                {"access": access, "dataset": dataset, "confirm_delete": chosen, "back": back},
+            )
+        else:
+            raise ServiceError("Choose an action: move to a split, or delete.")
+    except ServiceError as e:
+        messages.error(request, str(e))
+    return _back(access, dataset, back)
+
+
+@workspace_view(Perm.WRITE)
+@require_POST
+def dataset_split_auto(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    form = SplitAutoForm(request.POST)
+    if not form.is_valid():
+        errors = [e for errs in form.errors.values() for e in errs]
+        messages.error(request, "Auto-split not done: " + " ".join(errors))
+    else:
+        try:
+            counts = services.dataset_split_auto(
+                access=access, dataset=dataset, **form.cleaned_data
+            )
+        except ServiceError as e:
+            messages.error(request, str(e))
+        else:
+            summary = ", ".join(f"{n} {split}" for split, n in counts.items())
+            messages.success(request, f"Split by seed {form.cleaned_data['seed']}: {summary}.")
+    return _back(access, dataset, request.POST.get("back", ""))
+
+
+# --- classes ----------------------------------------------------------------------------------
+
+
+def _classes_page(request, access, dataset, **extra) -> HttpResponse:
+    return render(
+        request,
+        "datasets/classes.html",
+        {
+            "access": access,
+            "dataset": dataset,
+            "classes": services.class_list_with_counts(dataset=dataset),
+            "can_write": access.can(Perm.WRITE),
+            "palette": services.PALETTE,
+            **extra,
+        },
+    )
+
+
+def _to_classes(access: WorkspaceAccess, dataset: Dataset) -> HttpResponseRedirect:
+    return redirect("dataset_classes", ws_slug=access.workspace.slug, pk=dataset.pk)
+
+
+@workspace_view(Perm.READ)
+@require_safe
+def dataset_classes(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    return _classes_page(request, access, dataset)
+
+
+@workspace_view(Perm.WRITE)
+@require_POST
+def dataset_class_add(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    try:
+        created = services.dataset_class_create(
+            access=access, dataset=dataset, name=request.POST.get("name", "")
+        )
+    except ServiceError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, f"Added the class {created.name} (id {created.index}).")
+    return _to_classes(access, dataset)
+
+
+@workspace_view(Perm.WRITE)
+@require_POST
+def dataset_class_rename(request, access: WorkspaceAccess, pk: int, class_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    dataset_class = services.class_get(dataset=dataset, pk=class_pk)
+    old = dataset_class.name
+    try:
+        services.dataset_class_rename(
+            access=access, dataset_class=dataset_class, name=request.POST.get("name", "")
+        )
+    except ServiceError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, f"Renamed {old} to {dataset_class.name}.")
+    return _to_classes(access, dataset)
+
+
+@workspace_view(Perm.WRITE)
+@require_POST
+def dataset_class_merge(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    """Merge the class `source` into the class `into`."""
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    source_pk, into_pk = _cursor(request.POST, "source"), _cursor(request.POST, "into")
+    if source_pk is None or into_pk is None:
+        messages.error(request, "Choose the class to merge and the class to merge it into.")
+        return _to_classes(access, dataset)
+    source = services.class_get(dataset=dataset, pk=source_pk)
+    target = services.class_get(dataset=dataset, pk=into_pk)
+    try:
+        services.dataset_class_merge(access=access, source=source, target=target)
+    except ServiceError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, f"Merged {source.name} into {target.name}.")
+    return _to_classes(access, dataset)
+
+
+@workspace_view(Perm.WRITE)
+@require_http_methods(["GET", "POST"])
+def dataset_class_delete(request, access: WorkspaceAccess, pk: int, class_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    dataset_class = services.class_get(dataset=dataset, pk=class_pk)
+    error = ""
+    if request.method == "POST":
+        try:
+            deleted = services.dataset_class_delete(
+                access=access,
+                dataset_class=dataset_class,
+                confirm_name=request.POST.get("confirm", ""),
+            )
+        except ServiceError as e:
+            error = str(e)
+        else:
+            messages.success(
+                request,
+                f"Deleted the class {dataset_class.name} and its {deleted} "
+                f"label{'s' * (deleted != 1)}.",
+            )
+            return _to_classes(access, dataset)
+    return _classes_page(
+        request,
+        access,
+        dataset,
+        confirm_class=dataset_class,
+        confirm_labels=dataset_class.labels.count(),
+        confirm_images=dataset_class.labels.values("image").distinct().count(),
+        confirm_error=error,
+    )
+
+
+W = "w/<slug:ws_slug>/datasets/<int:pk>/"
+E = "explore/datasets/<int:pk>/images/<int:image_pk>/"
+urlpatterns = [
+    path(W + "images/", dataset_gallery, name="dataset_gallery"),
+    path(W + "images/bulk/", images_bulk, name="dataset_images_bulk"),
+    path(W + "images/<int:image_pk>/", image_detail, name="dataset_image_detail"),
+    path(W + "images/<int:image_pk>/file/", image_file, name="dataset_image_file"),
+    path(W + "images/<int:image_pk>/thumb/", image_thumb, name="dataset_image_thumb"),
+    path(W + "split/", dataset_split_auto, name="dataset_split_auto"),
+    path(W + "classes/", dataset_classes, name="dataset_classes"),
+    path(W + "classes/add/", dataset_class_add, name="dataset_class_add"),
+    path(W + "classes/<int:class_pk>/rename/", dataset_class_rename, name="dataset_class_rename"),
+    path(W + "classes/merge/", dataset_class_merge, name="dataset_class_merge"),
+    path(W + "classes/<int:class_pk>/delete/", dataset_class_delete, name="dataset_class_delete"),
+    path(E + "file/", public_image_file, name="public_image_file"),
+    path(E + "thumb/", public_image_thumb, name="public_image_thumb"),
+]

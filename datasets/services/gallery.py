@@ -1,0 +1,624 @@
+"""The gallery: filtered keyset pages of images with their label overlays, bulk changes to
+images, class management and automatic splits.
+
+Reads first (they are only used by the gallery pages), then writes, each a service.
+"""
+
+import hashlib
+import math
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, F, Max, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import Http404
+from django.utils import timezone
+
+from datasets.models import (
+    Dataset,
+    DatasetClass,
+    HealthFinding,
+    Image,
+    Label,
+    LabelKind,
+    Split,
+)
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+
+PAGE_SIZE = 60
+BULK_MAX = 1000  # ids per bulk request; a page holds 60
+UPDATE_CHUNK = 5000
+TILE_PX = 180  # the box a gallery thumbnail is shown in, CSS pixels
+# Stroke colours by class index: distinct on photos and on each other, light and dark.
+PALETTE = (
+    "#ff3b30 #ffcc00 #34c759 #00c7be #32ade6 #5856d6 #ff2d92 #ff9500"
+    " #a2845e #8e8e93 #30d158 #bf5af2 #64d2ff #ffd60a #ff6961 #0a84ff"
+).split()
+# Characters that change how text around them is shown (bidi overrides, zero-width, controls).
+_INVISIBLE = ("Cc", "Cf", "Zl", "Zp")
+
+
+def class_colour(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def filename_display(name: str) -> str:
+    """The uploaded name with invisible and direction-changing characters made visible, so
+    "photo\u202egpj.exe" cannot pass for something else. HTML escaping is the template's job."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch) in _INVISIBLE else ch for ch in name
+    )
+
+
+# --- filters and pages ------------------------------------------------------------------------
+
+
+def _positive_int(value) -> int | None:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if 0 < number < 2**63 else None
+
+
+@dataclass(frozen=True)
+class GalleryFilter:
+    """What the gallery shows, from its query string; unknown values are ignored."""
+
+    split: str = ""
+    class_id: int | None = None
+    labelled: str = ""  # "yes", "no" or "" for both
+    problems: bool = False
+
+    @classmethod
+    def from_query(cls, params: Mapping) -> "GalleryFilter":
+        split = params.get("split", "")
+        labelled = params.get("labelled", "")
+        return cls(
+            split=split if split in Split.values else "",
+            class_id=_positive_int(params.get("class")),
+            labelled=labelled if labelled in ("yes", "no") else "",
+            problems=params.get("problems") in ("1", "on", "yes"),
+        )
+
+    def params(self) -> dict[str, str]:
+        out = {}
+        if self.split:
+            out["split"] = self.split
+        if self.class_id:
+            out["class"] = str(self.class_id)
+        if self.labelled:
+            out["labelled"] = self.labelled
+        if self.problems:
+            out["problems"] = "1"
+        return out
+
+    @property
+    def querystring(self) -> str:
+        return urlencode(self.params())
+
+    @property
+    def active(self) -> bool:
+        return bool(self.params())
+
+    def apply(self, queryset: QuerySet[Image], *, dataset: Dataset) -> QuerySet[Image]:
+        if self.split:
+            queryset = queryset.filter(split=self.split)
+        if self.class_id:
+            queryset = queryset.filter(
+                Exists(Label.objects.filter(image=OuterRef("pk"), dataset_class_id=self.class_id))
+            )
+        if self.labelled == "yes":
+            queryset = queryset.filter(label_count__gt=0)
+        elif self.labelled == "no":
+            queryset = queryset.filter(label_count=0)
+        if self.problems:
+            queryset = queryset.filter(pk__in=problem_image_ids(dataset=dataset))
+        return queryset
+
+
+def problem_image_ids(*, dataset: Dataset) -> set[int]:
+    """Images named by the last health check's findings."""
+    ids: set[int] = set()
+    for image_ids in HealthFinding.objects.filter(dataset=dataset).values_list(
+        "image_ids", flat=True
+    ):
+        ids.update(i for i in image_ids or [] if isinstance(i, int))
+    return ids
+
+
+@dataclass
+class Shape:
+    """One label as the SVG overlay draws it, in the 0..1 coordinates of the image."""
+
+    name: str
+    colour: str
+    kind: str
+    rect: tuple[str, str, str, str] | None = None  # x, y, width, height
+    points: str = ""  # polygon / oriented box: "x1,y1 x2,y2 ..."
+    dots: str = ""  # keypoints as a path of zero-length segments (drawn as round dots)
+
+
+@dataclass
+class GalleryPage:
+    images: list[Image]
+    total: int
+    has_previous: bool
+    has_next: bool
+    classes: dict[int, DatasetClass] = field(default_factory=dict)
+
+    @property
+    def first_id(self) -> int | None:
+        return self.images[0].pk if self.images else None
+
+    @property
+    def last_id(self) -> int | None:
+        return self.images[-1].pk if self.images else None
+
+
+def _num(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _fmt(number: float) -> str:
+    return f"{number:.5f}".rstrip("0").rstrip(".") or "0"
+
+
+def _numbers(data) -> list[float] | None:
+    if not isinstance(data, list):
+        return None
+    numbers = [_num(v) for v in data]
+    return None if any(n is None for n in numbers) else numbers
+
+
+def _pairs(numbers: list[float]) -> str:
+    return " ".join(
+        f"{_fmt(x)},{_fmt(y)}" for x, y in zip(numbers[::2], numbers[1::2], strict=False)
+    )
+
+
+def label_shape(
+    label: Label, dataset_class: DatasetClass | None, *, keypoint_dims: int | None = None
+) -> Shape | None:
+    """The overlay shape of a label, or None for tags and for data that is not a valid shape."""
+    name = dataset_class.name if dataset_class else "?"
+    colour = class_colour(dataset_class.index if dataset_class else 0)
+    shape = Shape(name=name, colour=colour, kind=label.kind)
+    numbers = _numbers(label.data)
+    if numbers is None:
+        return None
+    if label.kind in (LabelKind.BOX, LabelKind.KEYPOINTS):
+        if len(numbers) < 4:
+            return None
+        cx, cy, w, h = numbers[:4]
+        if w < 0 or h < 0:
+            return None
+        shape.rect = (_fmt(cx - w / 2), _fmt(cy - h / 2), _fmt(w), _fmt(h))
+        if label.kind == LabelKind.KEYPOINTS:
+            shape.dots = _keypoint_path(numbers[4:], keypoint_dims)
+        return shape
+    if label.kind in (LabelKind.POLYGON, LabelKind.OBB):
+        if len(numbers) < 6 or len(numbers) % 2:
+            return None
+        shape.points = _pairs(numbers)
+        return shape
+    return None
+
+
+def _keypoint_dims(numbers: list[float], dims: int | None) -> int:
+    """2 ([x, y] per point) or 3 ([x, y, visibility]): the dataset's keypoint shape says; else
+    guessed from the count and from visibilities being 0, 1 or 2."""
+    if dims in (2, 3):
+        return dims
+    by_three = len(numbers) % 3 == 0 and all(v in (0, 1, 2) for v in numbers[2::3])
+    return 3 if by_three and (len(numbers) % 2 or len(numbers) >= 6) else 2
+
+
+def _keypoint_path(numbers: list[float], dims: int | None) -> str:
+    dims = _keypoint_dims(numbers, dims)
+    parts = []
+    for i in range(0, len(numbers) - dims + 1, dims):
+        x, y = numbers[i], numbers[i + 1]
+        if (dims == 3 and numbers[i + 2] == 0) or (x == 0 and y == 0):
+            continue  # not labelled
+        parts.append(f"M{_fmt(x)} {_fmt(y)}h0")
+    return "".join(parts)
+
+
+def _label_prefetch() -> Prefetch:
+    return Prefetch(
+        "labels",
+        queryset=Label.objects.only("id", "image_id", "dataset_class_id", "kind", "data"),
+    )
+
+
+def _decorate(
+    images: Iterable[Image], classes: dict[int, DatasetClass], dataset: Dataset
+) -> list[Image]:
+    """Attach what templates draw: shapes, tag names and the safe name."""
+    shape = dataset.keypoint_shape
+    dims = shape[1] if isinstance(shape, list) and len(shape) == 2 else None
+    out = []
+    for image in images:
+        labels = list(image.labels.all())
+        image.shapes = [
+            s
+            for s in (
+                label_shape(lb, classes.get(lb.dataset_class_id), keypoint_dims=dims)
+                for lb in labels
+            )
+            if s is not None
+        ]
+        image.tags = [
+            classes[lb.dataset_class_id].name
+            for lb in labels
+            if lb.kind == LabelKind.TAG and lb.dataset_class_id in classes
+        ]
+        image.display_name = filename_display(image.filename)
+        image.tile_w, image.tile_h = fit(image.blob, TILE_PX)
+        out.append(image)
+    return out
+
+
+def fit(blob, box: int) -> tuple[int, int]:
+    """Width and height to show an image at inside a square box, aspect ratio kept."""
+    width, height = max(1, blob.width), max(1, blob.height)
+    scale = box / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def dataset_classes(*, dataset: Dataset) -> dict[int, DatasetClass]:
+    return {c.pk: c for c in DatasetClass.objects.filter(dataset=dataset).order_by("index")}
+
+
+def gallery_page(
+    *,
+    dataset: Dataset,
+    flt: GalleryFilter,
+    after: int | None = None,
+    before: int | None = None,
+    size: int = PAGE_SIZE,
+    classes: dict[int, DatasetClass] | None = None,
+) -> GalleryPage:
+    """One page of the filtered images in id order, by keyset: `after` an id (the next page) or
+    `before` one (the previous page). A fixed number of queries, whatever the page size."""
+    classes = dataset_classes(dataset=dataset) if classes is None else classes
+    matching = flt.apply(Image.objects.filter(dataset=dataset), dataset=dataset)
+    rows = matching.select_related("blob").prefetch_related(_label_prefetch())
+    if before is not None:
+        images = list(rows.filter(pk__lt=before).order_by("-pk")[: size + 1])
+        has_previous = len(images) > size
+        images = images[:size][::-1]
+        has_next = bool(images) and matching.filter(pk__gt=images[-1].pk).exists()
+    else:
+        if after is not None:
+            rows = rows.filter(pk__gt=after)
+        images = list(rows.order_by("pk")[: size + 1])
+        has_next = len(images) > size
+        images = images[:size]
+        has_previous = (
+            after is not None and bool(images) and matching.filter(pk__lt=images[0].pk).exists()
+        )
+    return GalleryPage(
+        images=_decorate(images, classes, dataset),
+        total=matching.count(),
+        has_previous=has_previous,
+        has_next=has_next,
+        classes=classes,
+    )
+
+
+def image_detail(*, dataset: Dataset, image: Image, flt: GalleryFilter) -> dict:
+    """One image with its shapes and labels, and its neighbours within the same filter."""
+    classes = dataset_classes(dataset=dataset)
+    image = (
+        Image.objects.filter(pk=image.pk)
+        .select_related("blob")
+        .prefetch_related(_label_prefetch())
+        .get()
+    )
+    _decorate([image], classes, dataset)
+    matching = flt.apply(Image.objects.filter(dataset=dataset), dataset=dataset)
+    previous = matching.filter(pk__lt=image.pk).order_by("-pk").values_list("pk", flat=True)
+    following = matching.filter(pk__gt=image.pk).order_by("pk").values_list("pk", flat=True)
+    labels = [
+        {
+            "name": classes[lb.dataset_class_id].name if lb.dataset_class_id in classes else "?",
+            "colour": class_colour(
+                classes[lb.dataset_class_id].index if lb.dataset_class_id in classes else 0
+            ),
+            "kind": lb.get_kind_display(),
+            "coords": _coords_text(lb.data),
+        }
+        for lb in image.labels.all()
+    ]
+    return {
+        "image": image,
+        "labels": labels,
+        "previous_id": previous.first(),
+        "next_id": following.first(),
+    }
+
+
+def _coords_text(data, limit: int = 16) -> str:
+    numbers = _numbers(data)
+    if numbers is None:
+        return "(not a list of numbers)"
+    text = ", ".join(f"{n:.3f}" for n in numbers[:limit])
+    if len(numbers) > limit:
+        text += f", … ({len(numbers)} numbers)"
+    return text
+
+
+# --- bulk changes to images -------------------------------------------------------------------
+
+
+def _touch(dataset: Dataset) -> None:
+    Dataset.objects.filter(pk=dataset.pk).update(updated_at=timezone.now())
+
+
+def _ids(image_ids: Iterable[int]) -> list[int]:
+    ids = sorted({int(i) for i in image_ids})
+    if len(ids) > BULK_MAX:
+        raise ServiceError(f"At most {BULK_MAX} images at a time.")
+    return ids
+
+
+@transaction.atomic
+def images_split_set(
+    *, access: WorkspaceAccess, dataset: Dataset, image_ids: Iterable[int], split: str
+) -> int:
+    """Move images of this dataset to a split. Returns how many were moved."""
+    access.require(Perm.WRITE)
+    if split not in Split.values:
+        raise ServiceError(f"Choose a split among: {', '.join(Split.values)}.")
+    ids = _ids(image_ids)
+    if not ids:
+        raise ServiceError("Tick at least one image.")
+    moved = Image.objects.filter(dataset=dataset, pk__in=ids).update(split=split)
+    _touch(dataset)
+    return moved
+
+
+@transaction.atomic
+def images_delete(*, access: WorkspaceAccess, dataset: Dataset, image_ids: Iterable[int]) -> int:
+    """Delete images of this dataset with their labels. Their bytes stay while another dataset
+    uses them; the nightly garbage collection removes blobs nothing refers to."""
+    access.require(Perm.WRITE)
+    ids = _ids(image_ids)
+    if not ids:
+        raise ServiceError("Tick at least one image.")
+    images = Image.objects.filter(dataset=dataset, pk__in=ids)
+    count = images.count()
+    images.delete()
+    _touch(dataset)
+    return count
+
+
+def image_label_counts_refresh(*, image_ids: Iterable[int]) -> None:
+    """Recount `Image.label_count` from the labels, for these images."""
+    ids = sorted(set(image_ids))
+    counted = (
+        Label.objects.filter(image=OuterRef("pk"))
+        .order_by()
+        .values("image")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    for start in range(0, len(ids), UPDATE_CHUNK):
+        Image.objects.filter(pk__in=ids[start : start + UPDATE_CHUNK]).update(
+            label_count=Coalesce(Subquery(counted), 0)
+        )
+
+
+# --- classes ----------------------------------------------------------------------------------
+
+
+def class_list_with_counts(*, dataset: Dataset) -> list[DatasetClass]:
+    classes = list(
+        DatasetClass.objects.filter(dataset=dataset)
+        .annotate(label_total=Count("labels"), image_total=Count("labels__image", distinct=True))
+        .order_by("index")
+    )
+    for c in classes:
+        c.colour = class_colour(c.index)
+    return classes
+
+
+def class_get(*, dataset: Dataset, pk: int) -> DatasetClass:
+    found = DatasetClass.objects.filter(dataset=dataset, pk=pk).first()
+    if found is None:
+        raise Http404("No such class.")
+    return found
+
+
+def _class_name(name: str) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise ServiceError("Give the class a name.")
+    if len(name) > 100:
+        raise ServiceError("Class names are at most 100 characters.")
+    return name
+
+
+def _lock(dataset: Dataset) -> None:
+    # Class indexes are handed out and compacted under the dataset's row lock, one change at a
+    # time, so two editors never both take index n or shift the same rows.
+    Dataset.objects.select_for_update().filter(pk=dataset.pk).values_list("pk", flat=True).first()
+
+
+def _name_taken(dataset: Dataset, name: str, *, but: DatasetClass | None = None) -> None:
+    others = DatasetClass.objects.filter(dataset=dataset, name=name)
+    if but is not None:
+        others = others.exclude(pk=but.pk)
+    if others.exists():
+        raise ServiceError(f"There is already a class named “{name}”.")
+
+
+def _save_class(dataset_class: DatasetClass, **kwargs) -> DatasetClass:
+    try:
+        with transaction.atomic():
+            dataset_class.save(**kwargs)
+    except IntegrityError:
+        raise ServiceError(f"There is already a class named “{dataset_class.name}”.") from None
+    return dataset_class
+
+
+@transaction.atomic
+def dataset_class_create(*, access: WorkspaceAccess, dataset: Dataset, name: str) -> DatasetClass:
+    """Add a class at the end (index n)."""
+    access.require(Perm.WRITE)
+    name = _class_name(name)
+    _lock(dataset)
+    _name_taken(dataset, name)
+    top = DatasetClass.objects.filter(dataset=dataset).aggregate(top=Max("index"))["top"]
+    created = _save_class(
+        DatasetClass(dataset=dataset, index=0 if top is None else top + 1, name=name)
+    )
+    _touch(dataset)
+    return created
+
+
+@transaction.atomic
+def dataset_class_rename(
+    *, access: WorkspaceAccess, dataset_class: DatasetClass, name: str
+) -> DatasetClass:
+    access.require(Perm.WRITE)
+    name = _class_name(name)
+    _name_taken(dataset_class.dataset, name, but=dataset_class)
+    dataset_class.name = name
+    _save_class(dataset_class, update_fields=["name"])
+    _touch(dataset_class.dataset)
+    return dataset_class
+
+
+def _compact_after(dataset: Dataset, index: int) -> None:
+    """Close the gap a removed class left, so indexes stay 0..n-1 in the same order.
+
+    Two steps, because (dataset, index) is unique and one UPDATE may visit rows in any order:
+    first out of the way, then down into place.
+    """
+    later = DatasetClass.objects.filter(dataset=dataset, index__gt=index)
+    offset = 10_000_000
+    later.update(index=F("index") + offset)
+    DatasetClass.objects.filter(dataset=dataset, index__gt=offset).update(
+        index=F("index") - offset - 1
+    )
+
+
+@transaction.atomic
+def dataset_class_merge(
+    *, access: WorkspaceAccess, source: DatasetClass, target: DatasetClass
+) -> DatasetClass:
+    """Move every label of `source` to `target`, then remove `source` and compact indexes.
+
+    An image tagged with both classes keeps one tag: two identical image-class tags say nothing
+    more than one. Shapes all stay, since each is a separate object.
+    """
+    access.require(Perm.WRITE)
+    if source.dataset_id != target.dataset_id:
+        raise Http404("No such class.")
+    if source.pk == target.pk:
+        raise ServiceError("Choose another class to merge into: a class cannot merge into itself.")
+    dataset = source.dataset
+    _lock(dataset)
+    source = DatasetClass.objects.get(pk=source.pk)  # its index may have moved meanwhile
+    duplicate_tags = Label.objects.filter(dataset_class=source, kind=LabelKind.TAG).filter(
+        Exists(
+            Label.objects.filter(image=OuterRef("image"), dataset_class=target, kind=LabelKind.TAG)
+        )
+    )
+    touched = list(duplicate_tags.values_list("image_id", flat=True).distinct())
+    duplicate_tags.delete()
+    Label.objects.filter(dataset_class=source).update(dataset_class=target)
+    index = source.index
+    source.delete()
+    _compact_after(dataset, index)
+    if touched:
+        image_label_counts_refresh(image_ids=touched)
+    _touch(dataset)
+    target.refresh_from_db()
+    return target
+
+
+@transaction.atomic
+def dataset_class_delete(
+    *, access: WorkspaceAccess, dataset_class: DatasetClass, confirm_name: str
+) -> int:
+    """Delete a class and its labels; later classes move down one index. Returns the number of
+    labels deleted."""
+    access.require(Perm.WRITE)
+    if (confirm_name or "").strip() != dataset_class.name:
+        raise ServiceError(f"Type the class name “{dataset_class.name}” to confirm.")
+    dataset = dataset_class.dataset
+    _lock(dataset)
+    dataset_class = DatasetClass.objects.get(pk=dataset_class.pk)
+    labels = Label.objects.filter(dataset_class=dataset_class)
+    touched = list(labels.values_list("image_id", flat=True).distinct())
+    deleted, _ = labels.delete()
+    index = dataset_class.index
+    dataset_class.delete()
+    _compact_after(dataset, index)
+    image_label_counts_refresh(image_ids=touched)
+    _touch(dataset)
+    return deleted
+
+
+# --- splits -----------------------------------------------------------------------------------
+
+
+def split_quotas(total: int, percents: list[int]) -> list[int]:
+    """Whole numbers of images per split that add up to `total`, nearest to the percentages
+    (largest remainders; ties go to the earlier split, so train before val before test)."""
+    exact = [total * p / 100 for p in percents]
+    counts = [math.floor(x) for x in exact]
+    left = total - sum(counts)
+    order = sorted(
+        (i for i, p in enumerate(percents) if p > 0), key=lambda i: (-(exact[i] - counts[i]), i)
+    )
+    for i in order[:left]:
+        counts[i] += 1
+    return counts
+
+
+def split_order_key(seed: int, sha256: str) -> bytes:
+    return hashlib.sha256(f"{seed}:{sha256}".encode()).digest()
+
+
+@transaction.atomic
+def dataset_split_auto(
+    *, access: WorkspaceAccess, dataset: Dataset, train: int, val: int, test: int, seed: int = 0
+) -> dict[str, int]:
+    """Assign every image a split by ratio, reproducibly.
+
+    Images are ordered by a hash of (seed, their content's sha256) and cut by the ratios: the
+    same seed gives the same assignment, also in a clone of the dataset, and the counts are
+    exact (80/20 of 10 images is 8 and 2). Returns the number of images per split.
+    """
+    access.require(Perm.WRITE)
+    percents = [train, val, test]
+    if any(not isinstance(p, int) or p < 0 or p > 100 for p in percents) or sum(percents) != 100:
+        raise ServiceError("The three percentages must be whole numbers adding up to 100.")
+    if not isinstance(seed, int) or seed < 0:
+        raise ServiceError("The seed is a whole number, 0 or more.")
+    _lock(dataset)
+    rows = list(Image.objects.filter(dataset=dataset).values_list("pk", "blob__sha256"))
+    rows.sort(key=lambda row: split_order_key(seed, row[1]))
+    counts = split_quotas(len(rows), percents)
+    start = 0
+    for split, count in zip((Split.TRAIN, Split.VAL, Split.TEST), counts, strict=True):
+        ids = [pk for pk, _ in rows[start : start + count]]
+        start += count
+        for chunk in range(0, len(ids), UPDATE_CHUNK):
+            Image.objects.filter(pk__in=ids[chunk : chunk + UPDATE_CHUNK]).update(split=split)
+    _touch(dataset)
+    return dict(zip(Split.values, counts, strict=True))

@@ -1,0 +1,119 @@
+"""Small WebP previews of stored images, for the gallery; made in the worker after an import."""
+
+import functools
+import io
+import logging
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+from PIL import Image as PILImage
+
+from datasets.models import Blob
+
+logger = logging.getLogger(__name__)
+
+WEBP_QUALITY = 80
+# 0 (fast) .. 6 (small). On 256 px photos method 2 encodes in ~6 ms against ~10 ms for Pillow's
+# default 4, for files ~4% larger; encoding is most of a thumbnail's time once JPEGs are drafted.
+WEBP_METHOD = 2
+ENQUEUE_DEDUPE_SECONDS = 600
+
+
+def thumbnail_render(data: bytes, *, px: int | None = None) -> bytes:
+    """The WebP thumbnail of an image: longest side at most `px`, aspect ratio kept."""
+    px = px or settings.DATASET_THUMBNAIL_PX
+    with PILImage.open(io.BytesIO(data)) as img:
+        width, height = img.size
+        scale = min(1.0, px / max(width, height))
+        target = (max(1, round(width * scale)), max(1, round(height * scale)))
+        if img.format in ("JPEG", "MPO"):
+            # Decode at 1/2, 1/4 or 1/8 scale straight from the DCT: most of the speed.
+            img.draft(None, target)
+        icc = img.info.get("icc_profile") if img.mode in ("RGB", "RGBA") else None
+        img = _webp_mode(img)
+        img.thumbnail(target, PILImage.Resampling.LANCZOS, reducing_gap=None)
+        out = io.BytesIO()
+        save = {"format": "WEBP", "quality": WEBP_QUALITY, "method": WEBP_METHOD}
+        if icc:
+            save["icc_profile"] = icc
+        img.save(out, **save)
+        return out.getvalue()
+
+
+def _webp_mode(img: PILImage.Image) -> PILImage.Image:
+    if img.mode in ("RGB", "RGBA"):
+        return img
+    has_alpha = img.mode in ("LA", "PA", "La") or (img.mode == "P" and "transparency" in img.info)
+    if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        # 16-bit and float greyscale: scale to 8 bits instead of clipping everything to white.
+        lo, hi = img.getextrema()
+        img = img.point(lambda v: (v - lo) * 255 / max(1, hi - lo)).convert("L")
+    return img.convert("RGBA" if has_alpha else "RGB")
+
+
+def thumbnails_make(*, blob_ids: list[int]) -> int:
+    """Make the missing thumbnails of these blobs. Returns how many were made.
+
+    Idempotent (blobs that have one are skipped) and forgiving: a blob whose bytes are missing
+    or unreadable is logged and skipped, so one bad file never stops the rest. Not one
+    transaction: each blob is written and marked on its own, so work done survives a time limit.
+    """
+    made = 0
+    blobs = Blob.objects.filter(pk__in=blob_ids, has_thumbnail=False).order_by("pk")
+    for blob in blobs.iterator(chunk_size=200):
+        try:
+            with default_storage.open(blob.storage_key, "rb") as f:
+                data = f.read()
+            webp = thumbnail_render(data)
+        except Exception:
+            logger.exception("thumbnail of blob %s (%s) failed", blob.pk, blob.sha256)
+            continue
+        _store(blob.thumbnail_key, webp)
+        Blob.objects.filter(pk=blob.pk).update(has_thumbnail=True)
+        made += 1
+    return made
+
+
+def _store(key: str, data: bytes) -> None:
+    # Storage backends pick a new name when the key exists; the thumbnail must sit at its key.
+    if default_storage.exists(key):
+        default_storage.delete(key)
+    saved = default_storage.save(key, ContentFile(data))
+    if saved != key:  # another worker wrote the same thumbnail meanwhile: theirs is as good
+        default_storage.delete(saved)
+
+
+def thumbnails_request(*, blob_ids: list[int]) -> None:
+    """Ask the worker for thumbnails that should exist and do not (an import's task was lost,
+    or the images came before thumbnails existed). At most once per set per ten minutes."""
+    if not blob_ids:
+        return
+    ids = sorted(set(blob_ids))
+    key = f"thumbs-requested:{ids[0]}:{ids[-1]}:{len(ids)}"
+    try:
+        if not cache.add(key, 1, ENQUEUE_DEDUPE_SECONDS):
+            return
+    except Exception:  # a page never fails for a nicety: the placeholder stays
+        logger.warning("could not ask for %d thumbnails", len(ids), exc_info=True)
+        return
+    transaction.on_commit(lambda: _enqueue(ids))
+
+
+def _enqueue(ids: list[int]) -> None:
+    from datasets.tasks import thumbnails_make_task
+
+    try:
+        thumbnails_make_task.delay(ids)
+    except Exception:
+        logger.warning("could not enqueue %d thumbnails", len(ids), exc_info=True)
+
+
+@functools.cache
+def thumbnail_placeholder() -> bytes:
+    """Shown until the real thumbnail exists: a tiny flat WebP, stretched to the tile."""
+    out = io.BytesIO()
+    PILImage.new("RGB", (4, 3), (226, 224, 219)).save(out, format="WEBP", lossless=True)
+    return out.getvalue()
