@@ -214,6 +214,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "workspaces.invitations_purge_expired",
         "schedule": crontab(minute=17),
     },
+    "uploads-expire-stale": {
+        "task": "datasets.uploads_expire_stale",
+        "schedule": crontab(minute=23),
+    },
     "imports-requeue-stale": {
         "task": "datasets.imports_requeue_stale",
         "schedule": crontab(minute="*/5"),

@@ -1,3 +1,99 @@
-from ninja import Router
+"""JSON API for uploads: one whole archive or image per request, and an import's state.
 
-router = Router(tags=["datasets"])
+Large or flaky transfers go through the resumable uploader on the dataset's upload page; this
+API suits scripts: `curl -F file=@birds.zip -H "Authorization: Bearer ksk_…" …/uploads`.
+"""
+
+from datetime import datetime
+
+from django.http import Http404, HttpRequest
+from ninja import File, Router, Schema, Status
+from ninja.files import UploadedFile
+
+from datasets import selectors
+from datasets.models import Import
+from datasets.services import uploads as services
+from workspaces.permissions import Perm
+from workspaces.services import ServiceError
+
+router = Router(tags=["uploads"])
+
+
+class ImportCreated(Schema):
+    import_id: int
+    status: str
+
+
+class ProgressOut(Schema):
+    phase: str
+    done: int
+    total: int
+
+
+class ImportOut(Schema):
+    id: int
+    dataset_id: int
+    status: str
+    filename: str
+    total_size: int
+    received_size: int
+    progress: ProgressOut
+    report: dict
+    error: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@router.post("/datasets/{dataset_id}/uploads", response={201: ImportCreated})
+def upload_create(
+    request: HttpRequest,
+    dataset_id: int,
+    file: UploadedFile | None = File(None),  # noqa: B008 - django-ninja's way to declare it
+):
+    """Upload one archive (zip, tar, tar.gz) or one image as the multipart field `file`.
+
+    The import is queued at once; follow it with `GET /imports/{import_id}`.
+    """
+    access, dataset = selectors.dataset_access_for_caller(
+        auth=request.auth, user=request.user, pk=dataset_id
+    )
+    access.require(Perm.WRITE)
+    if file is None:
+        raise ServiceError("Send one archive or image as the multipart form field `file`.")
+    imp = services.upload_store_whole(
+        access=access, dataset=dataset, name=file.name or "upload", stream=file, size=file.size
+    )
+    return Status(201, ImportCreated(import_id=imp.pk, status=imp.status))
+
+
+@router.get("/imports/{import_id}", response=ImportOut)
+def import_get(request: HttpRequest, import_id: int):
+    """An import's status, progress, report (once it succeeded) and error (if it failed)."""
+    dataset_id = Import.objects.filter(pk=import_id).values_list("dataset_id", flat=True).first()
+    if dataset_id is None:
+        raise Http404("No such import.")
+    access, _ = selectors.dataset_access_for_caller(
+        auth=request.auth, user=request.user, pk=dataset_id
+    )
+    access.require(Perm.READ)
+    imp = selectors.import_get(workspace=access.workspace, pk=import_id)
+    progress = services.import_progress_of(imp)
+    return ImportOut(
+        id=imp.pk,
+        dataset_id=imp.dataset_id,
+        status=imp.status,
+        filename=imp.filename,
+        total_size=imp.total_size,
+        received_size=imp.received_size,
+        progress=ProgressOut(
+            phase=str(progress.get("phase", "")),
+            done=int(progress.get("done") or 0),
+            total=int(progress.get("total") or 0),
+        ),
+        report=imp.report if isinstance(imp.report, dict) else {},
+        error=imp.error,
+        created_at=imp.created_at,
+        started_at=imp.started_at,
+        finished_at=imp.finished_at,
+    )

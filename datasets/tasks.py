@@ -59,3 +59,13 @@ def imports_requeue_stale_task(**kwargs) -> int:
     from datasets.services.ingest import imports_requeue_stale
 
     return imports_requeue_stale()
+
+
+@shared_task(
+    name="datasets.uploads_expire_stale", acks_late=True, soft_time_limit=600, time_limit=660
+)
+def uploads_expire_stale_task(**kwargs) -> int:
+    _log_unexpected("datasets.uploads_expire_stale", kwargs)
+    from datasets.services.uploads import uploads_expire_stale
+
+    return uploads_expire_stale()

@@ -38,6 +38,7 @@ from datasets.services.archive import (
     FolderSource,
     Limits,
     is_nested_archive,
+    safe_name,
 )
 from datasets.services.formats import (
     MAX_META_FILE_BYTES,
@@ -113,7 +114,10 @@ class _UploadedFiles:
 
         self._files, self._entries = {}, {}
         for index, spec in enumerate(files):
-            name = display_name(spec["name"])
+            try:  # a dropped folder keeps its layout (images/val/x.jpg names the split)
+                name = safe_name(spec["name"]) or display_name(spec["name"])
+            except ArchiveError:
+                name = display_name(spec["name"])
             if name in self._entries:
                 name = f"{index}-{name}"
             self._entries[name] = Entry(name=name, size=spec["size"])
@@ -504,6 +508,7 @@ def imports_requeue_stale() -> int:
                 locked.error = "The import was interrupted three times; nothing was imported."
                 locked.finished_at = timezone.now()
                 locked.save(update_fields=["status", "error", "finished_at"])
+                _delete_chunks(locked)
                 continue
             locked.status = ImportStatus.QUEUED
             locked.save(update_fields=["status"])

@@ -279,3 +279,38 @@ def test_an_import_whose_worker_died_is_requeued_then_given_up(team, tmp_path):
     imports_requeue_stale()
     imp.refresh_from_db()
     assert imp.status == ImportStatus.FAILED and "interrupted" in imp.error
+
+
+@pytest.mark.django_db
+def test_a_dropped_folder_keeps_its_layout_and_splits(team):
+    """Many files uploaded at once (a folder dropped in the browser) import like an archive."""
+    from django.core.files.base import ContentFile
+
+    from datasets.models import Import, UploadChunk
+    from datasets.services.ingest import import_run
+
+    dataset = dataset_create(access=team.access("editor"), name="Dropped", task="detect")
+    folder = SHARED / "coco8"
+    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "LICENSE")
+    files = [
+        {"name": "coco8/" + p.relative_to(folder).as_posix(), "size": p.stat().st_size}
+        for p in paths
+    ]
+    imp = Import.objects.create(
+        dataset=dataset,
+        filename=f"{len(files)} files",
+        files=files,
+        total_size=sum(f["size"] for f in files),
+        status=ImportStatus.QUEUED,
+    )
+    for index, path in enumerate(paths):
+        chunk = UploadChunk.objects.create(
+            upload=imp, file_index=index, chunk_index=0, size=path.stat().st_size
+        )
+        default_storage.save(chunk.storage_key, ContentFile(path.read_bytes()))
+    import_run(import_id=imp.pk)
+    imp.refresh_from_db()
+    assert imp.status == ImportStatus.SUCCEEDED, imp.error
+    assert imp.report["splits"] == {"train": 4, "val": 4}
+    assert imp.report["labels_imported"] == 30
+    assert not UploadChunk.objects.filter(upload=imp).exists()  # chunks removed once final
