@@ -74,6 +74,7 @@ class GalleryFilter:
     class_id: int | None = None
     labelled: str = ""  # "yes", "no" or "" for both
     problems: bool = False
+    problem: int | None = None  # one health finding: only the images it names
 
     @classmethod
     def from_query(cls, params: Mapping) -> "GalleryFilter":
@@ -84,6 +85,7 @@ class GalleryFilter:
             class_id=_positive_int(params.get("class")),
             labelled=labelled if labelled in ("yes", "no") else "",
             problems=params.get("problems") in ("1", "on", "yes"),
+            problem=_positive_int(params.get("problem")),
         )
 
     def params(self) -> dict[str, str]:
@@ -96,6 +98,8 @@ class GalleryFilter:
             out["labelled"] = self.labelled
         if self.problems:
             out["problems"] = "1"
+        if self.problem:
+            out["problem"] = str(self.problem)
         return out
 
     @property
@@ -119,15 +123,20 @@ class GalleryFilter:
             queryset = queryset.filter(label_count=0)
         if self.problems:
             queryset = queryset.filter(pk__in=problem_image_ids(dataset=dataset))
+        if self.problem:
+            queryset = queryset.filter(
+                pk__in=problem_image_ids(dataset=dataset, finding_id=self.problem)
+            )
         return queryset
 
 
-def problem_image_ids(*, dataset: Dataset) -> set[int]:
-    """Images named by the last health check's findings."""
+def problem_image_ids(*, dataset: Dataset, finding_id: int | None = None) -> set[int]:
+    """Images named by the last health check's findings (or by one of them)."""
     ids: set[int] = set()
-    for image_ids in HealthFinding.objects.filter(dataset=dataset).values_list(
-        "image_ids", flat=True
-    ):
+    findings = HealthFinding.objects.filter(dataset=dataset)
+    if finding_id is not None:
+        findings = findings.filter(pk=finding_id)
+    for image_ids in findings.values_list("image_ids", flat=True):
         ids.update(i for i in image_ids or [] if isinstance(i, int))
     return ids
 

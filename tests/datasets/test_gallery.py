@@ -606,3 +606,25 @@ def test_dataset_page_strip_links_to_gallery_and_classes(client, team, ds):
     assert url("dataset_classes", dataset) in html
     thumbs = re.findall(r'<img src="([^"]+/thumb/)"', html)
     assert thumbs == [url("dataset_image_thumb", dataset, image_pk=i.pk) for i in images[:8]]
+
+
+@pytest.mark.django_db
+def test_gallery_shows_the_images_of_one_health_finding(team, client):
+    from datasets.models import HealthFinding
+
+    dataset = DatasetFactory(workspace=team.workspace, name="Findings")
+    named, other, elsewhere = (ImageFactory(dataset=dataset) for _ in range(3))
+    finding = HealthFinding.objects.create(
+        dataset=dataset, kind="tiny_box", severity="warning", message="m", image_ids=[named.pk]
+    )
+    HealthFinding.objects.create(
+        dataset=dataset, kind="leakage", severity="error", message="m", image_ids=[other.pk]
+    )
+    client.force_login(team.viewer)
+    url = reverse("dataset_gallery", kwargs={"ws_slug": "acme", "pk": dataset.pk})
+    page = client.get(f"{url}?problem={finding.pk}")
+    shown = {image.pk for image in page.context["page"].images}
+    assert shown == {named.pk}
+    assert b"Only the images of one health finding" in page.content
+    all_problems = {image.pk for image in client.get(f"{url}?problems=1").context["page"].images}
+    assert all_problems == {named.pk, other.pk} and elsewhere.pk not in all_problems
