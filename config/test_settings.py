@@ -6,6 +6,8 @@ import tempfile
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kestrel")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
 os.environ.setdefault("CACHE_KEY_PREFIX", "kestrel-test")
+# The broker gets its own Redis database: tests clear the cache database before each test.
+os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13")
 os.environ.setdefault("DJANGO_ENV", "development")
 # Test uploads and blobs go to a throwaway folder, shared with worker processes tests start.
 os.environ.setdefault("MEDIA_ROOT", tempfile.mkdtemp(prefix="kestrel-test-media-"))
