@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from config.api import api
 from datasets.models import Import
+from datasets.services.versions import version_create
 from tests.datasets.factories import (
     DatasetClassFactory,
     DatasetFactory,
@@ -204,7 +205,15 @@ def ctx(team, stranger):
     image = ImageFactory(dataset=dataset)
     LabelFactory(image=image, dataset_class=cls)
     upload = Import.objects.create(dataset=dataset, filename="birds.zip", total_size=10)
+    version = version_create(access=team.access("owner"), dataset=dataset)
+    ImageFactory(dataset=dataset)  # changed since the version, so a new one can be saved
+    public = DatasetFactory(
+        workspace=Membership.objects.get(user=stranger).workspace, name="Open", is_public=True
+    )
+    ImageFactory(dataset=public)
     return {
+        "version": version.number,
+        "public_dataset": public.pk,
         "dataset": dataset.pk,
         "dataset_class": cls.pk,
         "image": image.pk,

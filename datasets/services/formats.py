@@ -392,6 +392,14 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
 
 def _coco_labels(ann: dict, cls: int, entry: ParsedImage, task: str) -> list[ParsedLabel]:
     w, h = entry.declared_size
+    seg = ann.get("segmentation")
+    if task == Task.OBB and isinstance(seg, list) and len(seg) == 1 and isinstance(seg[0], list):
+        xy = _finite([str(v) for v in seg[0]])
+        if len(xy) == 8:  # an oriented box: its four corners
+            norm = [v / (w if i % 2 == 0 else h) for i, v in enumerate(xy)]
+            if not all(-OBB_TOLERANCE <= v <= 1 + OBB_TOLERANCE for v in norm):
+                raise ValueError("oriented box outside the image")
+            return [ParsedLabel(cls, LabelKind.OBB, norm)]
     bbox = ann.get("bbox")
     if not (isinstance(bbox, list) and len(bbox) == 4):
         raise ValueError("without a 4-number bbox")

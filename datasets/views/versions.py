@@ -1,3 +1,289 @@
-from django.urls import path  # noqa: F401
+"""Versions, exports, the public catalog (Explore) and cloning."""
 
-urlpatterns: list = []
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count, F, Q, Window
+from django.db.models.functions import RowNumber
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, path, reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from datasets import selectors
+from datasets.models import Dataset, DatasetVersion, Image, Task
+from datasets.services import datasets as dataset_services
+from datasets.services import versions as services
+from datasets.services.clone import clone_targets_for_user, dataset_clone
+from datasets.services.export import FORMATS, export_filename, export_run
+from workspaces.decorators import workspace_view
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess, workspace_access_for_user
+from workspaces.services import ServiceError
+from workspaces.views import HtmxHttpRequest
+
+EXPLORE_PAGE_SIZE = 24
+EXPLORE_THUMBS = 4
+PUBLIC_THUMBS = 24
+DIFF_SHOWN = 200  # image rows listed per change kind on a version page
+
+
+class VersionForm(forms.Form):
+    note = forms.CharField(
+        max_length=200,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "What changed (optional)"}),
+    )
+
+
+class CloneForm(forms.Form):
+    # A plain field with a select widget: a workspace outside the list is answered by the
+    # workspace's own rules (404 for a stranger, 403 without the editor role), not a form error.
+    workspace = forms.CharField(label="Into workspace", widget=forms.Select)
+    name = forms.CharField(
+        max_length=100, required=False, help_text="Leave empty to keep the name (or add “copy”)."
+    )
+
+    def __init__(self, *args, targets, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["workspace"].widget.choices = [(w.slug, w.name) for w in targets]
+
+
+def _thumb_url(dataset_pk: int, image_pk: int) -> str | None:
+    try:
+        return reverse("public_image_thumb", kwargs={"pk": dataset_pk, "image_pk": image_pk})
+    except NoReverseMatch:  # image serving is another area's; without it, no thumbnails
+        return None
+
+
+def _thumbs_by_dataset(dataset_ids: list[int], per_dataset: int) -> dict[int, list[str]]:
+    """The first few thumbnails of each dataset, in one query for all of them."""
+    if not dataset_ids or _thumb_url(0, 0) is None:
+        return {}
+    rows = (
+        Image.objects.filter(dataset_id__in=dataset_ids)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("dataset_id")], order_by=F("id").asc()))
+        .filter(rank__lte=per_dataset)
+        .order_by("dataset_id", "id")
+        .values_list("dataset_id", "id")
+    )
+    thumbs: dict[int, list[str]] = {}
+    for dataset_id, image_id in rows:
+        thumbs.setdefault(dataset_id, []).append(_thumb_url(dataset_id, image_id))
+    return thumbs
+
+
+# --- versions -----------------------------------------------------------------------------------
+
+
+@workspace_view(Perm.READ)
+def version_list(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    page = Paginator(services.version_list(dataset=dataset), 25).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "datasets/version_list.html",
+        {
+            "access": access,
+            "dataset": dataset,
+            "page": page,
+            "form": VersionForm(),
+            "formats": FORMATS,
+        },
+    )
+
+
+@workspace_view(Perm.WRITE)
+@require_POST
+def version_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    form = VersionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "The note is at most 200 characters; nothing was saved.")
+        return redirect("version_list", ws_slug=access.workspace.slug, pk=dataset.pk)
+    try:
+        version = services.version_create(
+            access=access, dataset=dataset, note=form.cleaned_data["note"]
+        )
+    except ServiceError as e:
+        messages.error(request, str(e))
+        return redirect("version_list", ws_slug=access.workspace.slug, pk=dataset.pk)
+    messages.success(request, f"Saved version {version.number} of {dataset.name}.")
+    return redirect(
+        "version_detail", ws_slug=access.workspace.slug, pk=dataset.pk, number=version.number
+    )
+
+
+@workspace_view(Perm.READ)
+def version_detail(
+    request: HtmxHttpRequest, access: WorkspaceAccess, pk: int, number: int
+) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    version = selectors.version_get(dataset=dataset, number=number)
+    previous = services.version_previous(version=version)
+    diff, more = None, {}
+    if previous is not None:
+        diff = services.manifest_diff(
+            before=services.version_manifest_load(previous),
+            after=services.version_manifest_load(version),
+        )
+        more = {
+            kind: max(0, len(getattr(diff, kind)) - DIFF_SHOWN)
+            for kind in ("added", "removed", "split_changed")
+        }
+    return render(
+        request,
+        "datasets/version_detail.html",
+        {
+            "access": access,
+            "dataset": dataset,
+            "version": version,
+            "previous": previous,
+            "diff": diff,
+            "shown": f":{DIFF_SHOWN}",
+            "more": more,
+            "formats": FORMATS,
+        },
+    )
+
+
+# --- export -------------------------------------------------------------------------------------
+
+
+def _download(request, access, dataset: Dataset, fmt: str, version: DatasetVersion | None):
+    if fmt not in FORMATS:
+        raise Http404("No such export format.")
+    try:
+        archive = export_run(fmt=fmt, dataset=None if version else dataset, version=version)
+    except ServiceError as e:
+        messages.error(request, str(e))
+        return redirect("dataset_detail", ws_slug=access.workspace.slug, pk=dataset.pk)
+    return FileResponse(
+        archive,
+        as_attachment=True,
+        filename=export_filename(dataset=dataset, fmt=fmt, version=version),
+        content_type="application/zip",
+    )
+
+
+@workspace_view(Perm.READ)
+def dataset_export(request, access: WorkspaceAccess, pk: int, fmt: str) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    return _download(request, access, dataset, fmt, None)
+
+
+@workspace_view(Perm.READ)
+def version_export(
+    request, access: WorkspaceAccess, pk: int, number: int, fmt: str
+) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    version = selectors.version_get(dataset=dataset, number=number)
+    return _download(request, access, dataset, fmt, version)
+
+
+# --- explore and clone --------------------------------------------------------------------------
+
+
+def explore(request: HtmxHttpRequest) -> HttpResponse:
+    datasets = selectors.dataset_public_list().annotate(image_count=Count("images"))
+    query = request.GET.get("q", "").strip()[:100]
+    task = request.GET.get("task", "")
+    if query:
+        datasets = datasets.filter(Q(name__icontains=query) | Q(description__icontains=query))
+    if task in Task.values:
+        datasets = datasets.filter(task=task)
+    else:
+        task = ""
+    page = Paginator(datasets, EXPLORE_PAGE_SIZE).get_page(request.GET.get("page"))
+    thumbs = _thumbs_by_dataset([d.pk for d in page.object_list], EXPLORE_THUMBS)
+    for d in page.object_list:
+        d.thumbs = thumbs.get(d.pk, [])
+    return render(
+        request,
+        "datasets/explore.html",
+        {"page": page, "q": query, "task": task, "tasks": Task.choices},
+    )
+
+
+def _dataset_overview(dataset: Dataset) -> dict:
+    splits = dataset_services.dataset_split_counts(dataset=dataset)
+    return {
+        "dataset": dataset,
+        "classes": dataset_services.dataset_class_counts(dataset=dataset),
+        "splits": splits,
+        "image_total": sum(splits.values()),
+        "versions": services.version_list(dataset=dataset)[:10],
+    }
+
+
+def public_dataset(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    dataset = selectors.dataset_public_get(pk=pk)
+    context = _dataset_overview(dataset)
+    context["thumbs"] = _thumbs_by_dataset([dataset.pk], PUBLIC_THUMBS).get(dataset.pk, [])
+    if request.user.is_authenticated:
+        targets = clone_targets_for_user(user=request.user, source=dataset)
+        context["targets"] = targets
+        context["form"] = CloneForm(targets=targets)
+        context["clone_action"] = reverse("public_dataset_clone", kwargs={"pk": dataset.pk})
+    return render(request, "datasets/public_dataset.html", context)
+
+
+def _clone(request, source: Dataset, action: str, access: WorkspaceAccess | None) -> HttpResponse:
+    targets = clone_targets_for_user(user=request.user, source=source)
+    initial = {"workspace": access.workspace.slug} if access is not None else None
+    form = CloneForm(request.POST or None, targets=targets, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        target = workspace_access_for_user(user=request.user, slug=form.cleaned_data["workspace"])
+        request.workspace_access = target
+        try:
+            clone = dataset_clone(
+                access=target, source=source, name=form.cleaned_data["name"] or None
+            )
+        except ServiceError as e:
+            form.add_error(None, str(e))
+        else:
+            messages.success(request, f"Cloned {source.name} into {target.workspace.name}.")
+            return redirect("dataset_detail", ws_slug=target.workspace.slug, pk=clone.pk)
+    context = _dataset_overview(source)
+    context.update(
+        {
+            "access": access,
+            "form": form,
+            "targets": targets,
+            "clone_action": action,
+            "clone_page": True,
+        }
+    )
+    if source.is_public:
+        context["thumbs"] = _thumbs_by_dataset([source.pk], PUBLIC_THUMBS).get(source.pk, [])
+    return render(request, "datasets/public_dataset.html", context)
+
+
+@workspace_view(Perm.READ)
+@require_http_methods(["GET", "POST"])
+def dataset_clone_view(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    source = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    action = reverse("dataset_clone", kwargs={"ws_slug": access.workspace.slug, "pk": pk})
+    return _clone(request, source, action, access)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def public_dataset_clone(request, pk: int) -> HttpResponse:
+    source = selectors.dataset_public_get(pk=pk)
+    return _clone(request, source, reverse("public_dataset_clone", kwargs={"pk": pk}), None)
+
+
+W = "w/<slug:ws_slug>/datasets/<int:pk>/"
+urlpatterns = [
+    path(W + "versions/", version_list, name="version_list"),
+    path(W + "versions/new/", version_create, name="version_create"),
+    path(W + "versions/<int:number>/", version_detail, name="version_detail"),
+    path(W + "versions/<int:number>/export/<slug:fmt>/", version_export, name="version_export"),
+    path(W + "export/<slug:fmt>/", dataset_export, name="dataset_export"),
+    path(W + "clone/", dataset_clone_view, name="dataset_clone"),
+    path("explore/", explore, name="explore"),
+    path("explore/<int:pk>/", public_dataset, name="public_dataset"),
+    path("explore/<int:pk>/clone/", public_dataset_clone, name="public_dataset_clone"),
+]

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from billing.services import plans_seed
+from datasets.services.demo import demo_dataset_seed
 from workspaces.models import Role, User, Workspace
 from workspaces.services import workspace_create_personal, workspace_create_team
 
@@ -36,3 +37,5 @@ class Command(BaseCommand):
         if team is None:
             team = workspace_create_team(user=admin, name=DEMO_TEAM)
             self.stdout.write(f"Demo team workspace: /w/{team.slug}/")
+        demo = demo_dataset_seed()
+        self.stdout.write(f"Public demo dataset: {demo.name} (/explore/datasets/{demo.pk}/)")

@@ -1,0 +1,142 @@
+"""Clone a dataset into a workspace: rows are copied inside the database, image bytes never.
+
+Images and labels are copied with INSERT ... SELECT, so a clone costs four statements whatever
+its size, and both datasets point at the same content-addressed Blob rows.
+"""
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Lower
+from django.utils import timezone
+
+from datasets.models import Dataset, DatasetClass, Image, Label
+from workspaces.models import Role, User, Workspace
+from workspaces.permissions import PERM_REQUIRED_ROLE, ROLE_RANK, Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+
+
+def clone_source_visible(*, source: Dataset, workspace: Workspace) -> bool:
+    """Public datasets clone anywhere; a private one only within its own workspace."""
+    return source.is_public or source.workspace_id == workspace.pk
+
+
+def clone_targets_for_user(*, user: User, source: Dataset) -> list[Workspace]:
+    """Workspaces where `user` may put a clone of `source` (editor or more there)."""
+    if not user.is_authenticated:
+        return []
+    min_rank = ROLE_RANK[PERM_REQUIRED_ROLE[Perm.WRITE]]
+    roles = [r for r in Role.values if ROLE_RANK[r] >= min_rank]
+    workspaces = Workspace.objects.filter(
+        memberships__user=user, memberships__role__in=roles
+    ).order_by("-is_personal", "name")
+    if not source.is_public:
+        workspaces = workspaces.filter(pk=source.workspace_id)
+    return list(workspaces)
+
+
+def _free_name(workspace: Workspace, wanted: str) -> str:
+    taken = set(
+        Dataset.objects.for_workspace(workspace)
+        .filter(name__istartswith=wanted[:90])
+        .annotate(lname=Lower("name"))
+        .values_list("lname", flat=True)
+    )
+    if wanted.lower() not in taken:
+        return wanted
+    n = 1
+    while True:
+        suffix = " (copy)" if n == 1 else f" (copy {n})"
+        candidate = wanted[: 100 - len(suffix)] + suffix
+        if candidate.lower() not in taken:
+            return candidate
+        n += 1
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def _insert_select(model, alias: str, replace: dict[str, str]) -> tuple[str, str]:
+    """Column list and SELECT list copying every concrete column of `model` but the key.
+
+    Built from the model, so a column another app adds later is copied too; `replace` maps a
+    column to the SQL that gives its value in the copy.
+    """
+    columns, values = [], []
+    for f in model._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        columns.append(_q(f.column))
+        if f.column in replace:
+            values.append(replace[f.column])
+        elif getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+            values.append("%(now)s")
+        else:
+            values.append(f"{alias}.{_q(f.column)}")
+    return ", ".join(columns), ", ".join(values)
+
+
+def _copy_rows(*, source: Dataset, target: Dataset) -> None:
+    image = _q(Image._meta.db_table)
+    label = _q(Label._meta.db_table)
+    klass = _q(DatasetClass._meta.db_table)
+    # Only quoted names from the models' metadata are formatted in; every value is a parameter.
+    params = {"source": source.pk, "target": target.pk, "now": timezone.now()}
+    index = _q("index")
+    statements = []
+    cols, vals = _insert_select(DatasetClass, "oc", {"dataset_id": "%(target)s"})
+    statements.append(
+        f"INSERT INTO {klass} ({cols}) SELECT {vals} FROM {klass} oc "  # noqa: S608
+        "WHERE oc.dataset_id = %(source)s ORDER BY oc.id"
+    )
+    cols, vals = _insert_select(Image, "oi", {"dataset_id": "%(target)s"})
+    statements.append(
+        f"INSERT INTO {image} ({cols}) SELECT {vals} FROM {image} oi "  # noqa: S608
+        "WHERE oi.dataset_id = %(source)s ORDER BY oi.id"
+    )
+    # An image is unique by (dataset, blob) and a class by (dataset, index): those pair each
+    # source row with its copy.
+    cols, vals = _insert_select(Label, "ol", {"image_id": "ni.id", "dataset_class_id": "nc.id"})
+    statements.append(
+        f"INSERT INTO {label} ({cols}) SELECT {vals} FROM {label} ol "  # noqa: S608
+        f"JOIN {image} oi ON oi.id = ol.image_id "
+        f"JOIN {image} ni ON ni.dataset_id = %(target)s AND ni.blob_id = oi.blob_id "
+        f"JOIN {klass} oc ON oc.id = ol.dataset_class_id "
+        f"JOIN {klass} nc ON nc.dataset_id = %(target)s AND nc.{index} = oc.{index} "
+        "WHERE oi.dataset_id = %(source)s ORDER BY ol.id"
+    )
+    with connection.cursor() as cursor:
+        for sql in statements:
+            cursor.execute(sql, params)
+
+
+@transaction.atomic
+def dataset_clone(*, access: WorkspaceAccess, source: Dataset, name: str | None = None) -> Dataset:
+    """Copy `source` (classes, images, labels) into `access.workspace`, sharing its blobs."""
+    access.require(Perm.WRITE)
+    if not clone_source_visible(source=source, workspace=access.workspace):
+        raise ServiceError(
+            f"“{source.name}” is private: it can be cloned only within its own workspace."
+        )
+    wanted = (name or "").strip()
+    if name is not None and not wanted:
+        raise ServiceError("Give the clone a name.")
+    if len(wanted) > 100:
+        raise ServiceError("Dataset names are at most 100 characters.")
+    clone = Dataset(
+        workspace=access.workspace,
+        name=wanted or _free_name(access.workspace, source.name),
+        description=source.description,
+        task=source.task,
+        keypoint_shape=source.keypoint_shape,
+        is_public=False,
+        cloned_from=source,
+        created_by=access.user,
+    )
+    try:
+        with transaction.atomic():
+            clone.save()
+    except IntegrityError:
+        raise ServiceError(f"A dataset named “{clone.name}” already exists here.") from None
+    _copy_rows(source=source, target=clone)
+    return clone

@@ -1,0 +1,322 @@
+"""Export a dataset, or exactly one version of it, as a YOLO or COCO zip built in a temp file.
+
+Both formats read a manifest (the live one for a dataset, the frozen one for a version), so a
+version's export never changes when the dataset does. Image files inside the archive are named
+from their sha256 and their stored content type, never from the uploaded name.
+"""
+
+import json
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator
+from typing import IO
+
+import yaml
+from django.core.files.storage import default_storage
+
+from datasets.models import Blob, Dataset, DatasetVersion, LabelKind, Split, Task
+from datasets.services.versions import manifest_build, version_manifest_load
+from workspaces.services import ServiceError
+
+FORMATS = ("yolo", "coco")
+EXTENSIONS = {
+    "image/jpeg": ".jpg",
+    "image/png": ".png",
+    "image/webp": ".webp",
+    "image/bmp": ".bmp",
+    "image/tiff": ".tif",
+}
+_STEM_LENGTH = 16
+_LOOKUP_BATCH = 1000
+_COPY_CHUNK = 1 << 20
+
+
+def _manifest_for(dataset: Dataset | None, version: DatasetVersion | None) -> dict:
+    if (dataset is None) == (version is None):
+        raise ValueError("Export either a dataset or a version.")
+    if version is not None:
+        return version_manifest_load(version)
+    return manifest_build(dataset=dataset)
+
+
+def export_filename(*, dataset: Dataset, fmt: str, version: DatasetVersion | None = None) -> str:
+    """A download name made only of safe characters."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", dataset.name).strip("-.") or "dataset"
+    suffix = f"-v{version.number}" if version is not None else ""
+    return f"{stem[:60]}{suffix}-{fmt}.zip"
+
+
+def _content_types(shas: list[str]) -> dict[str, str]:
+    types: dict[str, str] = {}
+    for start in range(0, len(shas), _LOOKUP_BATCH):
+        batch = shas[start : start + _LOOKUP_BATCH]
+        types.update(Blob.objects.filter(sha256__in=batch).values_list("sha256", "content_type"))
+    return types
+
+
+def _image_names(images: list[dict]) -> dict[str, str]:
+    """sha256 → archive file name: a sha256 prefix (longer if two prefixes meet) + extension."""
+    types = _content_types([img["sha256"] for img in images])
+    names, stems = {}, set()
+    for img in images:
+        sha = img["sha256"]
+        stem = sha[:_STEM_LENGTH]
+        if stem in stems:
+            stem = sha
+        stems.add(stem)
+        names[sha] = stem + EXTENSIONS.get(types.get(sha, ""), ".jpg")
+    return names
+
+
+def _num(value: float) -> str:
+    return format(float(value), ".10g")
+
+
+def _write_blob(zf: zipfile.ZipFile, arcname: str, sha256: str) -> None:
+    key = Blob(sha256=sha256).storage_key
+    info = zipfile.ZipInfo(arcname, date_time=(2000, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED  # images are compressed already
+    with default_storage.open(key, "rb") as src, zf.open(info, "w", force_zip64=True) as dst:
+        shutil.copyfileobj(src, dst, _COPY_CHUNK)
+
+
+def _write_text(zf: zipfile.ZipFile, arcname: str, text: str) -> None:
+    info = zipfile.ZipInfo(arcname, date_time=(2000, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    zf.writestr(info, text)
+
+
+def _splits_present(images: Iterable[dict]) -> list[str]:
+    present = {img["split"] for img in images}
+    return [s for s in Split.values if s in present]
+
+
+# --- YOLO ---------------------------------------------------------------------------------------
+
+
+def _box_of_points(points: list[float]) -> list[float]:
+    xs, ys = points[0::2], points[1::2]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    return [(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0]
+
+
+def _corners_of_box(box: list[float]) -> list[float]:
+    cx, cy, w, h = box[:4]
+    x0, y0, x1, y1 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+    return [x0, y0, x1, y0, x1, y1, x0, y1]
+
+
+def _yolo_values(task: str, kind: str, data: list[float]) -> list[float] | None:
+    """The numbers after the class id in an Ultralytics label line, or None to leave it out.
+
+    Shapes of another kind are converted where the task's format can hold them (a box becomes a
+    rectangle polygon for segment), so every line of one file has the task's layout.
+    """
+    if task == Task.DETECT:
+        if kind in (LabelKind.BOX, LabelKind.KEYPOINTS):
+            return data[:4]
+        if kind in (LabelKind.POLYGON, LabelKind.OBB) and len(data) >= 4:
+            return _box_of_points(data)
+    elif task == Task.SEGMENT:
+        if kind == LabelKind.POLYGON:
+            return data
+        if kind == LabelKind.OBB:
+            return data
+        if kind in (LabelKind.BOX, LabelKind.KEYPOINTS):
+            return _corners_of_box(data)
+    elif task == Task.OBB:
+        if kind == LabelKind.OBB:
+            return data
+        if kind in (LabelKind.BOX, LabelKind.KEYPOINTS):
+            return _corners_of_box(data)
+    elif task == Task.POSE:
+        if kind == LabelKind.KEYPOINTS:
+            return data
+    return None
+
+
+def _safe_folder(name: str, used: set[str]) -> str:
+    folder = re.sub(r"[^\w .-]+", "_", name).strip(" .") or "class"
+    base, n = folder, 2
+    while folder.lower() in used:
+        folder, n = f"{base}_{n}", n + 1
+    used.add(folder.lower())
+    return folder
+
+
+def _data_yaml(manifest: dict, splits: list[str]) -> str:
+    # No `path:` key: Ultralytics then resolves the folders next to this file. (`path: .` would
+    # be taken relative to the working directory of whoever trains.)
+    doc: dict = {}
+    for split in ("train", "val", "test"):
+        if split in splits:
+            doc[split] = f"images/{split}"
+    if "val" not in doc and "train" in doc:
+        doc["val"] = "images/train"  # Ultralytics needs a val set; train stands in for it
+    doc["names"] = dict(enumerate(manifest["classes"]))
+    if manifest["task"] == Task.POSE and manifest.get("keypoint_shape"):
+        doc["kpt_shape"] = list(manifest["keypoint_shape"])
+    header = f"# {manifest['dataset']}: {manifest['task']} dataset exported by Kestrel\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+
+
+def _yolo_write(zf: zipfile.ZipFile, manifest: dict) -> None:
+    images = manifest["images"]
+    task = manifest["task"]
+    names = _image_names(images)
+    splits = _splits_present(images)
+    if task == Task.CLASSIFY:
+        # Ultralytics reads a classification dataset from its folders alone (train/<class>/...
+        # under images/) and numbers the classes by sorted folder name; no data.yaml.
+        used: set[str] = set()
+        folders = [_safe_folder(name, used) for name in manifest["classes"]]
+        for img in images:
+            tags = sorted(lb["class"] for lb in img["labels"] if lb["kind"] == LabelKind.TAG)
+            if not tags:
+                continue  # an image without a class has no folder to go in
+            arc = f"images/{img['split']}/{folders[tags[0]]}/{names[img['sha256']]}"
+            _write_blob(zf, arc, img["sha256"])
+        return
+    _write_text(zf, "data.yaml", _data_yaml(manifest, splits))
+    for img in images:
+        name = names[img["sha256"]]
+        stem = name.rsplit(".", 1)[0]
+        _write_blob(zf, f"images/{img['split']}/{name}", img["sha256"])
+        lines = []
+        for lb in img["labels"]:
+            values = _yolo_values(task, lb["kind"], lb["data"])
+            if values is not None:
+                lines.append(" ".join([str(lb["class"]), *(_num(v) for v in values)]))
+        _write_text(zf, f"labels/{img['split']}/{stem}.txt", "".join(f"{ln}\n" for ln in lines))
+
+
+# --- COCO ---------------------------------------------------------------------------------------
+
+
+def _polygon_area(xs: list[float], ys: list[float]) -> float:
+    n = len(xs)
+    twice = sum(xs[i] * ys[(i + 1) % n] - xs[(i + 1) % n] * ys[i] for i in range(n))
+    return abs(twice) / 2
+
+
+def _coco_annotation(lb: dict, width: int, height: int, dims: int) -> dict | None:
+    kind, data = lb["kind"], lb["data"]
+    ann: dict = {"category_id": lb["class"] + 1, "iscrowd": 0}
+    if kind in (LabelKind.BOX, LabelKind.KEYPOINTS):
+        cx, cy, w, h = data[:4]
+        ann["bbox"] = [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]
+        ann["area"] = ann["bbox"][2] * ann["bbox"][3]
+        if kind == LabelKind.KEYPOINTS:
+            points = data[4:]
+            keypoints = []
+            for i in range(0, len(points), dims):
+                x, y = points[i] * width, points[i + 1] * height
+                v = points[i + 2] if dims == 3 else (2 if (points[i] or points[i + 1]) else 0)
+                keypoints += [x, y, v]
+            ann["keypoints"] = keypoints
+            ann["num_keypoints"] = sum(1 for v in keypoints[2::3] if v > 0)
+        return ann
+    if kind in (LabelKind.POLYGON, LabelKind.OBB) and len(data) >= 6:
+        xs = [x * width for x in data[0::2]]
+        ys = [y * height for y in data[1::2]]
+        ann["segmentation"] = [[v for pair in zip(xs, ys, strict=True) for v in pair]]
+        x0, y0 = min(xs), min(ys)
+        ann["bbox"] = [x0, y0, max(xs) - x0, max(ys) - y0]
+        ann["area"] = _polygon_area(xs, ys)
+        return ann
+    return None
+
+
+def _coco_documents(manifest: dict, names: dict[str, str]) -> Iterator[tuple[str, dict]]:
+    task = manifest["task"]
+    shape = manifest.get("keypoint_shape") or [0, 3]
+    points, dims = int(shape[0]), int(shape[1])
+    categories = []
+    for i, name in enumerate(manifest["classes"]):
+        category = {"id": i + 1, "name": name, "supercategory": ""}
+        if task == Task.POSE:
+            category["keypoints"] = [f"kp{k}" for k in range(points)]
+            category["skeleton"] = []
+        categories.append(category)
+    image_id = ann_id = 0
+    for split in _splits_present(manifest["images"]):
+        doc = {
+            "info": {"description": f"{manifest['dataset']} ({task}), exported by Kestrel"},
+            "images": [],
+            "annotations": [],
+            "categories": categories,
+        }
+        for img in manifest["images"]:
+            if img["split"] != split:
+                continue
+            image_id += 1
+            doc["images"].append(
+                {
+                    "id": image_id,
+                    "file_name": names[img["sha256"]],
+                    "width": img["width"],
+                    "height": img["height"],
+                }
+            )
+            for lb in img["labels"]:
+                ann = _coco_annotation(lb, img["width"], img["height"], dims)
+                if ann is None:
+                    continue
+                ann_id += 1
+                doc["annotations"].append({"id": ann_id, "image_id": image_id, **ann})
+        yield split, doc
+
+
+def _coco_write(zf: zipfile.ZipFile, manifest: dict) -> None:
+    if manifest["task"] == Task.CLASSIFY:
+        raise ServiceError(
+            "COCO has no place for image classes; export a classification dataset as YOLO "
+            "(one folder per class)."
+        )
+    names = _image_names(manifest["images"])
+    for split, doc in _coco_documents(manifest, names):
+        _write_text(zf, f"annotations/instances_{split}.json", json.dumps(doc))
+    for img in manifest["images"]:
+        _write_blob(zf, f"images/{img['split']}/{names[img['sha256']]}", img["sha256"])
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def _export(writer, dataset: Dataset | None, version: DatasetVersion | None) -> IO[bytes]:
+    manifest = _manifest_for(dataset, version)
+    out = tempfile.TemporaryFile(suffix=".zip")  # noqa: SIM115 - handed to the caller open
+    try:
+        with zipfile.ZipFile(out, "w", allowZip64=True) as zf:
+            writer(zf, manifest)
+    except BaseException:
+        out.close()
+        raise
+    out.seek(0)
+    return out
+
+
+def export_yolo(
+    *, dataset: Dataset | None = None, version: DatasetVersion | None = None
+) -> IO[bytes]:
+    """An Ultralytics YOLO dataset zip, open at offset 0; closing it deletes it."""
+    return _export(_yolo_write, dataset, version)
+
+
+def export_coco(
+    *, dataset: Dataset | None = None, version: DatasetVersion | None = None
+) -> IO[bytes]:
+    """A COCO zip (annotations/instances_<split>.json + images/<split>/), open at offset 0."""
+    return _export(_coco_write, dataset, version)
+
+
+def export_run(
+    *, fmt: str, dataset: Dataset | None = None, version: DatasetVersion | None = None
+) -> IO[bytes]:
+    if fmt == "yolo":
+        return export_yolo(dataset=dataset, version=version)
+    if fmt == "coco":
+        return export_coco(dataset=dataset, version=version)
+    raise ServiceError(f"Export formats are {' and '.join(FORMATS)}, not “{fmt[:20]}”.")
