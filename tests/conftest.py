@@ -72,7 +72,9 @@ def celery_worker_process(transactional_db):
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
     }
-    queue = f"test-{os.getpid()}"  # this run's own queue: no other worker takes its tasks
+    # This run's own queue (no other worker takes its tasks), plus the default queue that
+    # services enqueue to (on the test broker's own Redis database).
+    queue = f"test-{os.getpid()}"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -82,7 +84,7 @@ def celery_worker_process(transactional_db):
             "config",
             "worker",
             "-Q",
-            queue,
+            f"{queue},default",
             "--pool",
             "solo",
             "--loglevel",
@@ -99,5 +101,3 @@ def celery_worker_process(transactional_db):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-
-

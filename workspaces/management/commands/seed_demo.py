@@ -38,4 +38,4 @@ class Command(BaseCommand):
             team = workspace_create_team(user=admin, name=DEMO_TEAM)
             self.stdout.write(f"Demo team workspace: /w/{team.slug}/")
         demo = demo_dataset_seed()
-        self.stdout.write(f"Public demo dataset: {demo.name} (/explore/datasets/{demo.pk}/)")
+        self.stdout.write(f"Public demo dataset: {demo.name} (/explore/{demo.pk}/)")
