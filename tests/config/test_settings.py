@@ -16,7 +16,14 @@ PROD = {
 
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    unset = {"DJANGO_SETTINGS_MODULE", "DATABASE_URL", "SECRET_KEY", "DJANGO_ENV", "DEBUG"}
+    unset = {
+        "DJANGO_SETTINGS_MODULE",
+        "DATABASE_URL",
+        "SECRET_KEY",
+        "DJANGO_ENV",
+        "DEBUG",
+        "MEDIA_ROOT",
+    }
     clean = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
         [sys.executable, *args],
