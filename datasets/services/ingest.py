@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from django.core.cache import cache
-from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
@@ -48,13 +47,15 @@ from datasets.services.formats import (
     detect_and_parse,
 )
 from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
+from datasets.services.storage import storage_put
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500
-CHECK_THREADS = max(2, min(8, os.cpu_count() or 2))
+# Checking decodes (CPU, GIL released) and storing writes (I/O): twice the cores keeps both busy.
+CHECK_THREADS = max(4, min(16, 2 * (os.cpu_count() or 2)))
 MAX_REPORT_LINES = 1000
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
 META_SUFFIXES = (".txt", ".yaml", ".yml", ".json", ".xml")
@@ -365,8 +366,7 @@ class _BlobWriter:
             if checked.sha256 in self._claimed:
                 return
             self._claimed.add(checked.sha256)
-        if not default_storage.exists(key):
-            default_storage.save(key, ContentFile(checked.data))
+        if storage_put(key, checked.data):
             with self._lock:
                 self.written.append(key)
 
