@@ -88,3 +88,30 @@ def test_api_creates_and_reads_a_dataset(team):
         "/api/v1/datasets", {"name": "X", "task": "nope"}, content_type="application/json"
     )
     assert bad.status_code == 422
+
+
+@pytest.mark.django_db(transaction=True)
+def test_blobs_nothing_refers_to_are_collected_with_their_bytes(team):
+    from django.core.files.storage import default_storage
+
+    from datasets.models import Blob
+    from datasets.services.datasets import blobs_collect_garbage
+    from tests.datasets.factories import blob_for, png_bytes
+
+    dataset = DatasetFactory(workspace=team.workspace, name="GC")
+    kept = ImageFactory(dataset=dataset).blob
+    shared = blob_for(png_bytes(color=(1, 2, 3)))
+    ImageFactory(dataset=dataset, blob=shared)
+    ImageFactory(dataset=DatasetFactory(workspace=team.workspace, name="GC2"), blob=shared)
+    orphan = blob_for(png_bytes(color=(3, 2, 1)))
+    assert default_storage.exists(orphan.storage_key)
+
+    assert blobs_collect_garbage() == 1
+    assert not Blob.objects.filter(pk=orphan.pk).exists()
+    assert not default_storage.exists(orphan.storage_key)
+    assert default_storage.exists(kept.storage_key) and default_storage.exists(shared.storage_key)
+
+    Dataset.objects.get(name="GC").delete()  # the shared blob is still used by GC2
+    assert blobs_collect_garbage() == 1  # only `kept` is gone now
+    assert Blob.objects.filter(pk=shared.pk).exists()
+    assert not Blob.objects.filter(pk=kept.pk).exists()
