@@ -147,7 +147,12 @@ class Label(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["dataset_class"])]
+        # (image, class) answers "does this image have a label of class C" from the index alone,
+        # which the gallery's class filter asks for every image it pages through.
+        indexes = [
+            models.Index(fields=["dataset_class"]),
+            models.Index(fields=["image", "dataset_class"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.dataset_class_id} on {self.image_id}"
