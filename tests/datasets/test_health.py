@@ -4,14 +4,11 @@ import hashlib
 import io
 import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import connection
@@ -20,7 +17,6 @@ from django.urls import reverse
 from PIL import Image as PILImage
 from PIL import ImageEnhance
 
-from config.celery import app as celery_app
 from datasets.models import Blob, Dataset, HealthFinding, Image, Label
 from datasets.services.health import (
     MAX_IMAGE_IDS,
@@ -563,53 +559,10 @@ def test_health_page_queries_do_not_grow_with_findings(team, client):
 # --- in a real worker -------------------------------------------------------------------------
 
 
-# Its own Redis database as broker: other suites running at the same time flush the cache's
-# database between tests, and with it the queue bindings a published message needs.
-WORKER_BROKER = settings.CELERY_BROKER_URL.rsplit("/", 1)[0] + "/13"
-
-
-@pytest.fixture
-def celery_worker_process(transactional_db):
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
-        "DJANGO_SETTINGS_MODULE": "config.test_settings",
-        "CELERY_BROKER_URL": WORKER_BROKER,
-    }
-    queue = f"test-health-{os.getpid()}"
-    proc = subprocess.Popen(  # noqa: S603
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            queue,
-            "--pool",
-            "solo",
-            "--loglevel",
-            "WARNING",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        yield queue
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
 def test_health_task_runs_in_a_worker(celery_worker_process):
     dataset, cls = healthy_dataset()
     add_label(dataset.images.first(), cls, [0.5, 1.5, 0.1, 0.1])
-    with celery_app.connection_for_write(WORKER_BROKER) as conn:
-        health_run_task.apply_async(args=[dataset.pk], queue=celery_worker_process, connection=conn)
+    health_run_task.apply_async(args=[dataset.pk], queue=celery_worker_process)
     deadline = time.monotonic() + 60
     while not HealthFinding.objects.filter(dataset=dataset).exists():
         assert time.monotonic() < deadline, "the worker did not run the check within 60 s"
