@@ -7,14 +7,13 @@ install can go from data to a trained model without finding any data first.
 import io
 import random
 
-from django.core.files.base import ContentFile
-from django.core.files.storage import default_storage
 from django.db import transaction
 from PIL import Image as PILImage
 from PIL import ImageDraw, ImageFilter
 
 from datasets.models import Blob, Dataset, DatasetClass, Image, Label, LabelKind, Task
 from datasets.services.images import image_check
+from datasets.services.storage import storage_put
 from datasets.services.thumbnails import thumbnails_make
 from datasets.services.versions import _version_freeze
 from workspaces.models import Workspace
@@ -118,8 +117,7 @@ def blob_store(data: bytes) -> Blob:
             "height": checked.height,
         },
     )
-    if not default_storage.exists(blob.storage_key):
-        default_storage.save(blob.storage_key, ContentFile(checked.data))
+    storage_put(blob.storage_key, checked.data)
     return blob
 
 
