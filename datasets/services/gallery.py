@@ -11,10 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, Max, OuterRef, Prefetch, QuerySet, Subquery
+from django.db import transaction
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import Http404
 from django.utils import timezone
 
 from datasets.models import (
@@ -373,7 +372,7 @@ def _coords_text(data, limit: int = 16) -> str:
 # --- bulk changes to images -------------------------------------------------------------------
 
 
-def _touch(dataset: Dataset) -> None:
+def dataset_touch(dataset: Dataset) -> None:
     Dataset.objects.filter(pk=dataset.pk).update(updated_at=timezone.now())
 
 
@@ -396,7 +395,7 @@ def images_split_set(
     if not ids:
         raise ServiceError("Tick at least one image.")
     moved = Image.objects.filter(dataset=dataset, pk__in=ids).update(split=split)
-    _touch(dataset)
+    dataset_touch(dataset)
     return moved
 
 
@@ -411,7 +410,7 @@ def images_delete(*, access: WorkspaceAccess, dataset: Dataset, image_ids: Itera
     images = Image.objects.filter(dataset=dataset, pk__in=ids)
     count = images.count()
     images.delete()
-    _touch(dataset)
+    dataset_touch(dataset)
     return count
 
 
@@ -434,157 +433,10 @@ def image_label_counts_refresh(*, image_ids: Iterable[int]) -> None:
 # --- classes ----------------------------------------------------------------------------------
 
 
-def class_list_with_counts(*, dataset: Dataset) -> list[DatasetClass]:
-    classes = list(
-        DatasetClass.objects.filter(dataset=dataset)
-        .annotate(label_total=Count("labels"), image_total=Count("labels__image", distinct=True))
-        .order_by("index")
-    )
-    for c in classes:
-        c.colour = class_colour(c.index)
-    return classes
-
-
-def class_get(*, dataset: Dataset, pk: int) -> DatasetClass:
-    found = DatasetClass.objects.filter(dataset=dataset, pk=pk).first()
-    if found is None:
-        raise Http404("No such class.")
-    return found
-
-
-def _class_name(name: str) -> str:
-    name = (name or "").strip()
-    if not name:
-        raise ServiceError("Give the class a name.")
-    if len(name) > 100:
-        raise ServiceError("Class names are at most 100 characters.")
-    return name
-
-
-def _lock(dataset: Dataset) -> None:
+def dataset_lock(dataset: Dataset) -> None:
     # Class indexes are handed out and compacted under the dataset's row lock, one change at a
     # time, so two editors never both take index n or shift the same rows.
     Dataset.objects.select_for_update().filter(pk=dataset.pk).values_list("pk", flat=True).first()
-
-
-def _name_taken(dataset: Dataset, name: str, *, but: DatasetClass | None = None) -> None:
-    others = DatasetClass.objects.filter(dataset=dataset, name=name)
-    if but is not None:
-        others = others.exclude(pk=but.pk)
-    if others.exists():
-        raise ServiceError(f"There is already a class named “{name}”.")
-
-
-def _save_class(dataset_class: DatasetClass, **kwargs) -> DatasetClass:
-    try:
-        with transaction.atomic():
-            dataset_class.save(**kwargs)
-    except IntegrityError:
-        raise ServiceError(f"There is already a class named “{dataset_class.name}”.") from None
-    return dataset_class
-
-
-@transaction.atomic
-def dataset_class_create(*, access: WorkspaceAccess, dataset: Dataset, name: str) -> DatasetClass:
-    """Add a class at the end (index n)."""
-    access.require(Perm.WRITE)
-    name = _class_name(name)
-    _lock(dataset)
-    _name_taken(dataset, name)
-    top = DatasetClass.objects.filter(dataset=dataset).aggregate(top=Max("index"))["top"]
-    created = _save_class(
-        DatasetClass(dataset=dataset, index=0 if top is None else top + 1, name=name)
-    )
-    _touch(dataset)
-    return created
-
-
-@transaction.atomic
-def dataset_class_rename(
-    *, access: WorkspaceAccess, dataset_class: DatasetClass, name: str
-) -> DatasetClass:
-    access.require(Perm.WRITE)
-    name = _class_name(name)
-    _name_taken(dataset_class.dataset, name, but=dataset_class)
-    dataset_class.name = name
-    _save_class(dataset_class, update_fields=["name"])
-    _touch(dataset_class.dataset)
-    return dataset_class
-
-
-def _compact_after(dataset: Dataset, index: int) -> None:
-    """Close the gap a removed class left, so indexes stay 0..n-1 in the same order.
-
-    Two steps, because (dataset, index) is unique and one UPDATE may visit rows in any order:
-    first out of the way, then down into place.
-    """
-    later = DatasetClass.objects.filter(dataset=dataset, index__gt=index)
-    offset = 10_000_000
-    later.update(index=F("index") + offset)
-    DatasetClass.objects.filter(dataset=dataset, index__gt=offset).update(
-        index=F("index") - offset - 1
-    )
-
-
-@transaction.atomic
-def dataset_class_merge(
-    *, access: WorkspaceAccess, source: DatasetClass, target: DatasetClass
-) -> DatasetClass:
-    """Move every label of `source` to `target`, then remove `source` and compact indexes.
-
-    An image tagged with both classes keeps one tag: two identical image-class tags say nothing
-    more than one. Shapes all stay, since each is a separate object.
-    """
-    access.require(Perm.WRITE)
-    if source.dataset_id != target.dataset_id:
-        raise Http404("No such class.")
-    if source.pk == target.pk:
-        raise ServiceError("Choose another class to merge into: a class cannot merge into itself.")
-    dataset = source.dataset
-    _lock(dataset)
-    source = DatasetClass.objects.get(pk=source.pk)  # its index may have moved meanwhile
-    duplicate_tags = Label.objects.filter(dataset_class=source, kind=LabelKind.TAG).filter(
-        Exists(
-            Label.objects.filter(image=OuterRef("image"), dataset_class=target, kind=LabelKind.TAG)
-        )
-    )
-    touched = list(duplicate_tags.values_list("image_id", flat=True).distinct())
-    duplicate_tags.delete()
-    Label.objects.filter(dataset_class=source).update(dataset_class=target)
-    index = source.index
-    source.delete()
-    _compact_after(dataset, index)
-    if touched:
-        image_label_counts_refresh(image_ids=touched)
-    _touch(dataset)
-    target.refresh_from_db()
-    return target
-
-
-@transaction.atomic
-def dataset_class_delete(
-    *, access: WorkspaceAccess, dataset_class: DatasetClass, confirm_name: str
-) -> int:
-    """Delete a class and its labels; later classes move down one index. Returns the number of
-    labels deleted."""
-    access.require(Perm.WRITE)
-    if (confirm_name or "").strip() != dataset_class.name:
-        raise ServiceError(f"Type the class name “{dataset_class.name}” to confirm.")
-    dataset = dataset_class.dataset
-    _lock(dataset)
-    dataset_class = DatasetClass.objects.get(pk=dataset_class.pk)
-    labels = Label.objects.filter(dataset_class=dataset_class)
-    touched = list(labels.values_list("image_id", flat=True).distinct())
-    deleted, _ = labels.delete()
-    index = dataset_class.index
-    dataset_class.delete()
-    _compact_after(dataset, index)
-    image_label_counts_refresh(image_ids=touched)
-    _touch(dataset)
-    return deleted
-
-
-# --- splits -----------------------------------------------------------------------------------
 
 
 def split_quotas(total: int, percents: list[int]) -> list[int]:
@@ -621,7 +473,7 @@ def dataset_split_auto(
         raise ServiceError("The three percentages must be whole numbers adding up to 100.")
     if not isinstance(seed, int) or seed < 0:
         raise ServiceError("The seed is a whole number, 0 or more.")
-    _lock(dataset)
+    dataset_lock(dataset)
     rows = list(Image.objects.filter(dataset=dataset).values_list("pk", "blob__sha256"))
     rows.sort(key=lambda row: split_order_key(seed, row[1]))
     counts = split_quotas(len(rows), percents)
@@ -631,5 +483,5 @@ def dataset_split_auto(
         start += count
         for chunk in range(0, len(ids), UPDATE_CHUNK):
             Image.objects.filter(pk__in=ids[chunk : chunk + UPDATE_CHUNK]).update(split=split)
-    _touch(dataset)
+    dataset_touch(dataset)
     return dict(zip(Split.values, counts, strict=True))

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from datasets import selectors
 from datasets.models import Dataset, Image, Split
+from datasets.services import classes
 from datasets.services import gallery as services
 from datasets.services.thumbnails import thumbnail_placeholder, thumbnails_request
 from workspaces.decorators import workspace_view
@@ -310,7 +311,7 @@ def _classes_page(request, access, dataset, **extra) -> HttpResponse:
         {
             "access": access,
             "dataset": dataset,
-            "classes": services.class_list_with_counts(dataset=dataset),
+            "classes": classes.class_list_with_counts(dataset=dataset),
             "can_write": access.can(Perm.WRITE),
             "palette": services.PALETTE,
             **extra,
@@ -334,7 +335,7 @@ def dataset_classes(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
 def dataset_class_add(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
     try:
-        created = services.dataset_class_create(
+        created = classes.dataset_class_create(
             access=access, dataset=dataset, name=request.POST.get("name", "")
         )
     except ServiceError as e:
@@ -348,10 +349,10 @@ def dataset_class_add(request, access: WorkspaceAccess, pk: int) -> HttpResponse
 @require_POST
 def dataset_class_rename(request, access: WorkspaceAccess, pk: int, class_pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
-    dataset_class = services.class_get(dataset=dataset, pk=class_pk)
+    dataset_class = classes.class_get(dataset=dataset, pk=class_pk)
     old = dataset_class.name
     try:
-        services.dataset_class_rename(
+        classes.dataset_class_rename(
             access=access, dataset_class=dataset_class, name=request.POST.get("name", "")
         )
     except ServiceError as e:
@@ -370,10 +371,10 @@ def dataset_class_merge(request, access: WorkspaceAccess, pk: int) -> HttpRespon
     if source_pk is None or into_pk is None:
         messages.error(request, "Choose the class to merge and the class to merge it into.")
         return _to_classes(access, dataset)
-    source = services.class_get(dataset=dataset, pk=source_pk)
-    target = services.class_get(dataset=dataset, pk=into_pk)
+    source = classes.class_get(dataset=dataset, pk=source_pk)
+    target = classes.class_get(dataset=dataset, pk=into_pk)
     try:
-        services.dataset_class_merge(access=access, source=source, target=target)
+        classes.dataset_class_merge(access=access, source=source, target=target)
     except ServiceError as e:
         messages.error(request, str(e))
     else:
@@ -385,11 +386,11 @@ def dataset_class_merge(request, access: WorkspaceAccess, pk: int) -> HttpRespon
 @require_http_methods(["GET", "POST"])
 def dataset_class_delete(request, access: WorkspaceAccess, pk: int, class_pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
-    dataset_class = services.class_get(dataset=dataset, pk=class_pk)
+    dataset_class = classes.class_get(dataset=dataset, pk=class_pk)
     error = ""
     if request.method == "POST":
         try:
-            deleted = services.dataset_class_delete(
+            deleted = classes.dataset_class_delete(
                 access=access,
                 dataset_class=dataset_class,
                 confirm_name=request.POST.get("confirm", ""),

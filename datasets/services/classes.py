@@ -1,0 +1,168 @@
+"""Class management: list with counts, add, rename, merge, delete (indexes stay 0..n-1)."""
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, F, Max, OuterRef
+from django.http import Http404
+
+from datasets.models import (
+    Dataset,
+    DatasetClass,
+    Label,
+    LabelKind,
+)
+from datasets.services.gallery import (
+    class_colour,
+    dataset_lock,
+    dataset_touch,
+    image_label_counts_refresh,
+)
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+
+
+def class_list_with_counts(*, dataset: Dataset) -> list[DatasetClass]:
+    classes = list(
+        DatasetClass.objects.filter(dataset=dataset)
+        .annotate(label_total=Count("labels"), image_total=Count("labels__image", distinct=True))
+        .order_by("index")
+    )
+    for c in classes:
+        c.colour = class_colour(c.index)
+    return classes
+
+
+def class_get(*, dataset: Dataset, pk: int) -> DatasetClass:
+    found = DatasetClass.objects.filter(dataset=dataset, pk=pk).first()
+    if found is None:
+        raise Http404("No such class.")
+    return found
+
+
+def _class_name(name: str) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise ServiceError("Give the class a name.")
+    if len(name) > 100:
+        raise ServiceError("Class names are at most 100 characters.")
+    return name
+
+
+def _name_taken(dataset: Dataset, name: str, *, but: DatasetClass | None = None) -> None:
+    others = DatasetClass.objects.filter(dataset=dataset, name=name)
+    if but is not None:
+        others = others.exclude(pk=but.pk)
+    if others.exists():
+        raise ServiceError(f"There is already a class named “{name}”.")
+
+
+def _save_class(dataset_class: DatasetClass, **kwargs) -> DatasetClass:
+    try:
+        with transaction.atomic():
+            dataset_class.save(**kwargs)
+    except IntegrityError:
+        raise ServiceError(f"There is already a class named “{dataset_class.name}”.") from None
+    return dataset_class
+
+
+@transaction.atomic
+def dataset_class_create(*, access: WorkspaceAccess, dataset: Dataset, name: str) -> DatasetClass:
+    """Add a class at the end (index n)."""
+    access.require(Perm.WRITE)
+    name = _class_name(name)
+    dataset_lock(dataset)
+    _name_taken(dataset, name)
+    top = DatasetClass.objects.filter(dataset=dataset).aggregate(top=Max("index"))["top"]
+    created = _save_class(
+        DatasetClass(dataset=dataset, index=0 if top is None else top + 1, name=name)
+    )
+    dataset_touch(dataset)
+    return created
+
+
+@transaction.atomic
+def dataset_class_rename(
+    *, access: WorkspaceAccess, dataset_class: DatasetClass, name: str
+) -> DatasetClass:
+    access.require(Perm.WRITE)
+    name = _class_name(name)
+    _name_taken(dataset_class.dataset, name, but=dataset_class)
+    dataset_class.name = name
+    _save_class(dataset_class, update_fields=["name"])
+    dataset_touch(dataset_class.dataset)
+    return dataset_class
+
+
+def _compact_after(dataset: Dataset, index: int) -> None:
+    """Close the gap a removed class left, so indexes stay 0..n-1 in the same order.
+
+    Two steps, because (dataset, index) is unique and one UPDATE may visit rows in any order:
+    first out of the way, then down into place.
+    """
+    later = DatasetClass.objects.filter(dataset=dataset, index__gt=index)
+    offset = 10_000_000
+    later.update(index=F("index") + offset)
+    DatasetClass.objects.filter(dataset=dataset, index__gt=offset).update(
+        index=F("index") - offset - 1
+    )
+
+
+@transaction.atomic
+def dataset_class_merge(
+    *, access: WorkspaceAccess, source: DatasetClass, target: DatasetClass
+) -> DatasetClass:
+    """Move every label of `source` to `target`, then remove `source` and compact indexes.
+
+    An image tagged with both classes keeps one tag: two identical image-class tags say nothing
+    more than one. Shapes all stay, since each is a separate object.
+    """
+    access.require(Perm.WRITE)
+    if source.dataset_id != target.dataset_id:
+        raise Http404("No such class.")
+    if source.pk == target.pk:
+        raise ServiceError("Choose another class to merge into: a class cannot merge into itself.")
+    dataset = source.dataset
+    dataset_lock(dataset)
+    source = DatasetClass.objects.get(pk=source.pk)  # its index may have moved meanwhile
+    duplicate_tags = Label.objects.filter(dataset_class=source, kind=LabelKind.TAG).filter(
+        Exists(
+            Label.objects.filter(image=OuterRef("image"), dataset_class=target, kind=LabelKind.TAG)
+        )
+    )
+    touched = list(duplicate_tags.values_list("image_id", flat=True).distinct())
+    duplicate_tags.delete()
+    Label.objects.filter(dataset_class=source).update(dataset_class=target)
+    index = source.index
+    source.delete()
+    _compact_after(dataset, index)
+    if touched:
+        image_label_counts_refresh(image_ids=touched)
+    dataset_touch(dataset)
+    target.refresh_from_db()
+    return target
+
+
+@transaction.atomic
+def dataset_class_delete(
+    *, access: WorkspaceAccess, dataset_class: DatasetClass, confirm_name: str
+) -> int:
+    """Delete a class and its labels; later classes move down one index. Returns the number of
+    labels deleted."""
+    access.require(Perm.WRITE)
+    if (confirm_name or "").strip() != dataset_class.name:
+        raise ServiceError(f"Type the class name “{dataset_class.name}” to confirm.")
+    dataset = dataset_class.dataset
+    dataset_lock(dataset)
+    dataset_class = DatasetClass.objects.get(pk=dataset_class.pk)
+    labels = Label.objects.filter(dataset_class=dataset_class)
+    touched = list(labels.values_list("image_id", flat=True).distinct())
+    deleted, _ = labels.delete()
+    index = dataset_class.index
+    dataset_class.delete()
+    _compact_after(dataset, index)
+    image_label_counts_refresh(image_ids=touched)
+    dataset_touch(dataset)
+    return deleted
+
+
+# --- splits -----------------------------------------------------------------------------------
