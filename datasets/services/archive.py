@@ -64,6 +64,32 @@ def is_nested_archive(name: str) -> bool:
     return name.lower().endswith(NESTED_ARCHIVE_SUFFIXES)
 
 
+class Source:
+    """Entries read one by one: an archive, a folder, or uploaded files. Subclasses fill
+    `_entries` (name -> Entry, in their natural order) and implement `read`."""
+
+    _entries: dict[str, Entry]
+
+    @property
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def read(self, name: str) -> bytes:
+        raise NotImplementedError
+
+    def iter_read(self, names: list[str]) -> Iterator[tuple[str, bytes | EntryError]]:
+        """Read entries in the source's order (sequential for tar); errors are yielded."""
+        order = {name: i for i, name in enumerate(self._entries)}
+        for name in sorted(names, key=order.__getitem__):
+            try:
+                yield name, self.read(name)
+            except EntryError as e:
+                yield name, e
+
+    def close(self) -> None:
+        pass
+
+
 class _Counter:
     """Counts inflated bytes actually read, and stops a bomb as soon as it shows."""
 
@@ -102,7 +128,7 @@ class _Counter:
         return b"".join(chunks)
 
 
-class Archive:
+class Archive(Source):
     """A zip or tar (optionally gzip/bzip2/xz) opened for safe, entry-by-entry reading."""
 
     def __init__(self, fileobj: BinaryIO, limits: Limits | None = None):
@@ -166,10 +192,6 @@ class Archive:
             out.write(data)
         out.seek(0)
         return out
-
-    @property
-    def entries(self) -> list[Entry]:
-        return list(self._entries.values())
 
     def _check_count(self, n: int) -> None:
         if n > self.limits.max_entries:
@@ -267,15 +289,6 @@ class Archive:
         except (tarfile.TarError, OSError, EOFError) as e:
             raise EntryError(f"damaged in the archive ({e})") from None
 
-    def iter_read(self, names: list[str]) -> Iterator[tuple[str, bytes | EntryError]]:
-        """Read entries in archive order (fast for tar streams); errors are yielded, not raised."""
-        order = {name: i for i, name in enumerate(self._entries)}
-        for name in sorted(names, key=order.__getitem__):
-            try:
-                yield name, self.read(name)
-            except EntryError as e:
-                yield name, e
-
     def close(self) -> None:
         if self.kind == "zip":
             self._zip.close()
@@ -285,19 +298,21 @@ class Archive:
             self._tmp.close()
 
 
-class FolderSource:
+class FolderSource(Source):
     """A folder on the server's disk, read with the same rules as an archive (no links)."""
 
     kind = "folder"
 
-    def __init__(self, root, limits: Limits | None = None):
+    def __init__(self, root, limits: Limits | None = None, *, only: str | None = None):
+        """`only`: read just this one file of the folder (a single image), without listing it."""
         from pathlib import Path
 
         self.root = Path(root)
         self.limits = limits or Limits()
         self._counter = _Counter(self.limits)
         found: dict[str, Entry] = {}
-        for path in sorted(self.root.rglob("*")):
+        paths = [self.root / only] if only else sorted(self.root.rglob("*"))
+        for path in paths:
             rel = path.relative_to(self.root).as_posix()
             if path.is_symlink():
                 raise ArchiveError(f"The folder contains a link ({rel!r}); nothing was imported.")
@@ -310,23 +325,9 @@ class FolderSource:
                     )
         self._entries = found
 
-    @property
-    def entries(self) -> list[Entry]:
-        return list(self._entries.values())
-
     def read(self, name: str) -> bytes:
         try:
             with (self.root / name).open("rb") as stream:
                 return self._counter.read_all(stream, name, None)
         except OSError as e:
             raise EntryError(f"unreadable ({e.strerror})") from None
-
-    def iter_read(self, names: list[str]) -> Iterator[tuple[str, bytes | EntryError]]:
-        for name in names:
-            try:
-                yield name, self.read(name)
-            except EntryError as e:
-                yield name, e
-
-    def close(self) -> None:
-        pass

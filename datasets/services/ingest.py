@@ -4,6 +4,7 @@ All rows of one import are written in one transaction: a fatal problem leaves th
 was. Image bytes are stored once per SHA-256; bytes stored by a failed import are removed again.
 """
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -33,9 +34,11 @@ from datasets.models import (
 from datasets.services.archive import (
     Archive,
     ArchiveError,
+    Entry,
     EntryError,
     FolderSource,
     Limits,
+    Source,
     is_nested_archive,
     safe_name,
 )
@@ -105,14 +108,12 @@ def _limits_for(dataset: Dataset) -> Limits:
 # --- sources ----------------------------------------------------------------------------------
 
 
-class _UploadedFiles:
+class _UploadedFiles(Source):
     """Several uploaded files (images with their label files), read chunk by chunk."""
 
     kind = "files"
 
     def __init__(self, imp: Import, files: list[dict], chunks: dict[int, list[str]]):
-        from datasets.services.archive import Entry
-
         self._files, self._entries = {}, {}
         for index, spec in enumerate(files):
             try:  # a dropped folder keeps its layout (images/val/x.jpg names the split)
@@ -124,10 +125,6 @@ class _UploadedFiles:
             self._entries[name] = Entry(name=name, size=spec["size"])
             self._files[name] = chunks.get(index, [])
 
-    @property
-    def entries(self):
-        return list(self._entries.values())
-
     def read(self, name: str) -> bytes:
         entry = self._entries[name]
         if entry.size > MAX_META_FILE_BYTES:
@@ -136,16 +133,6 @@ class _UploadedFiles:
         if len(data) != entry.size:
             raise EntryError("its upload is incomplete")
         return data
-
-    def iter_read(self, names):
-        for name in names:
-            try:
-                yield name, self.read(name)
-            except EntryError as e:
-                yield name, e
-
-    def close(self) -> None:
-        pass
 
 
 def _open_upload(imp: Import, limits: Limits):
@@ -382,14 +369,7 @@ def _check_one(item: tuple[str, bytes | EntryError], writer: "_BlobWriter") -> t
     except ImageRejected as e:
         return name, str(e)
     writer.store(checked)
-    return name, CheckedImage(
-        data=b"",
-        sha256=checked.sha256,
-        content_type=checked.content_type,
-        width=checked.width,
-        height=checked.height,
-        size=checked.size,
-    )
+    return name, dataclasses.replace(checked, data=b"")  # bytes are stored: let them go
 
 
 def _checked_images(items: Iterator, writer: "_BlobWriter") -> Iterator[tuple]:
@@ -546,8 +526,7 @@ def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path
         if path.is_dir():
             source = FolderSource(path, limits)
         elif looks_like_image(path.name):
-            source = FolderSource(path.parent, limits)
-            source._entries = {path.name: source._entries[path.name]}
+            source = FolderSource(path.parent, limits, only=path.name)
         else:
             source = Archive(path.open("rb"), limits)
     except ArchiveError as e:

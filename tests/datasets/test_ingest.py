@@ -314,3 +314,14 @@ def test_a_dropped_folder_keeps_its_layout_and_splits(team):
     assert imp.report["splits"] == {"train": 4, "val": 4}
     assert imp.report["labels_imported"] == 30
     assert not UploadChunk.objects.filter(upload=imp).exists()  # chunks removed once final
+
+
+@pytest.mark.django_db
+def test_one_image_from_disk_reads_only_that_file(team, tmp_path):
+    """Its folder is not listed: a link or thousands of other files beside it do not matter."""
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(jpeg_bytes(color=(30, 60, 90)))
+    (tmp_path / "elsewhere").symlink_to("/etc")
+    dataset, imp = _import(team, photo)
+    assert imp.status == ImportStatus.SUCCEEDED, imp.error
+    assert imp.report["images_imported"] == 1 and imp.report["skipped_count"] == 0
