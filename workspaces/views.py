@@ -166,15 +166,22 @@ def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
 # --- members ----------------------------------------------------------------------------------
 
 
+def _role_choices(access: WorkspaceAccess) -> dict:
+    assignable = roles_assignable_by(access.role)
+    return {
+        "assignable_roles": [c for c in Role.choices if c[0] in assignable],
+        "assignable_values": assignable,
+    }
+
+
 def _members_context(access: WorkspaceAccess, invite_form=None) -> dict:
     assignable = roles_assignable_by(access.role)
     return {
+        **_role_choices(access),
         "access": access,
         "members": selectors.membership_list(workspace=access.workspace),
         "invitations": selectors.invitation_list_open(workspace=access.workspace),
         "invite_form": invite_form or InvitationForm(assignable=assignable),
-        "assignable_roles": [c for c in Role.choices if c[0] in assignable],
-        "assignable_values": assignable,
         "seats_used": selectors.workspace_seats_used(workspace=access.workspace),
         "now": timezone.now(),
     }
@@ -228,10 +235,10 @@ def member_role(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> H
             )
         except ServiceError as e:
             error = str(e)
-    if request.htmx:
-        context = _members_context(access)
-        context.update(member=membership, row_error=error)
+    if request.htmx:  # just the row: no member list, invitations or seat counts to read
         membership.refresh_from_db()
+        context = {**_role_choices(access), "access": access, "member": membership}
+        context["row_error"] = error
         return render(request, "workspaces/member_list.html#member-row", context)
     if error:
         messages.error(request, error)
