@@ -50,7 +50,8 @@ def main() -> None:
         team = workspace_create_team(user=user, name=f"bench gallery {time.time():.0f}")
         dataset = Dataset.objects.create(workspace=team, name=name, task="detect")
         classes = [
-            DatasetClass.objects.create(dataset=dataset, index=i, name=f"class{i}") for i in range(5)
+            DatasetClass.objects.create(dataset=dataset, index=i, name=f"class{i}")
+            for i in range(5)
         ]
         t = time.perf_counter()
         batch = 5000

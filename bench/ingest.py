@@ -42,7 +42,9 @@ def make_zip(path: Path, n: int) -> None:
                 cls = rng.randrange(2)
                 colour = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
                 (draw.ellipse if cls == 0 else draw.rectangle)([x, y, x + w, y + h], fill=colour)
-                lines.append(f"{cls} {(x + w / 2) / 640:.6f} {(y + h / 2) / 480:.6f} {w / 640:.6f} {h / 480:.6f}")
+                lines.append(
+                    f"{cls} {(x + w / 2) / 640:.6f} {(y + h / 2) / 480:.6f} {w / 640:.6f} {h / 480:.6f}"
+                )
             out = io.BytesIO()
             img.save(out, format="JPEG", quality=85)
             split = "val" if i % 10 == 0 else "train"
@@ -76,7 +78,9 @@ def main() -> None:
     if not archive.exists():
         t = time.perf_counter()
         make_zip(archive, args.images)
-        print(f"generated {archive.name} ({archive.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s")
+        print(
+            f"generated {archive.name} ({archive.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s"
+        )
 
     media = tempfile.mkdtemp(prefix="kestrel-bench-media-")
     os.environ["MEDIA_ROOT"] = media
@@ -125,7 +129,9 @@ def main() -> None:
     print(f"thumbnails (one task run)  {thumbs:.2f} s  = {thumbs / ingest:.2f}x the import time")
     print(f"bare hash+header loop      {bare:.2f} s  = {n / bare:,.0f} images/s")
     print(f"import / bare loop         {ingest / bare:.2f}x")
-    print(f"peak RSS of this process   {peak_mib:.0f} MiB (before the import {rss_before / 1024:.0f} MiB)")
+    print(
+        f"peak RSS of this process   {peak_mib:.0f} MiB (before the import {rss_before / 1024:.0f} MiB)"
+    )
 
 
 if __name__ == "__main__":

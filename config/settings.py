@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "workspaces",
     "billing",
     "datasets",
+    "training",
 ]
 
 MIDDLEWARE = [
@@ -222,6 +223,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "datasets.imports_requeue_stale",
         "schedule": crontab(minute="*/5"),
     },
+    "training-jobs-reap": {
+        "task": "training.jobs_reap",
+        "schedule": 60.0,
+    },
     "blobs-collect-garbage": {
         "task": "datasets.blobs_collect_garbage",
         "schedule": crontab(hour=3, minute=41),
@@ -232,6 +237,17 @@ INVITATION_MAX_AGE = timedelta(days=14)
 DATASET_MAX_IMAGE_PIXELS = env.int("DATASET_MAX_IMAGE_PIXELS", default=64_000_000)
 DATASET_UPLOAD_CHUNK_BYTES = 8 * 1024 * 1024
 DATASET_THUMBNAIL_PX = 256
+# Training: where runs, cached datasets and checkpoints live on a machine that trains; where
+# pretrained weights (yolo11n.pt, ...) are looked for; whether Ultralytics may download them.
+TRAINING_DIR = Path(env.str("TRAINING_DIR", default=str(VAR_DIR / "training")))
+TRAINING_WEIGHTS_DIR = Path(env.str("TRAINING_WEIGHTS_DIR", default=str(VAR_DIR / "weights")))
+TRAINING_ALLOW_DOWNLOADS = env.bool("TRAINING_ALLOW_DOWNLOADS", default=True)
+TRAINING_REDIS_URL = env.str("TRAINING_REDIS_URL", default=REDIS_URL)
+# The supervising task beats this often; a job silent for three beats is resumed elsewhere.
+TRAINING_HEARTBEAT_SECONDS = env.float("TRAINING_HEARTBEAT_SECONDS", default=10.0)
+TRAINING_MAX_ATTEMPTS = 3
+# Providers this server may use: "local" (this machine) always; cloud ones when configured.
+TRAINING_PROVIDERS = env.list("TRAINING_PROVIDERS", default=["local"])
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 MESSAGE_TAGS = {40: "error"}

@@ -37,7 +37,9 @@ def thumbnail_render(data: bytes, *, px: int | None = None) -> bytes:
             img.draft(None, target)
         icc = img.info.get("icc_profile") if img.mode in ("RGB", "RGBA") else None
         img = _webp_mode(img)
-        img.thumbnail(target, PILImage.Resampling.LANCZOS, reducing_gap=None)
+        # Bicubic: after the draft the step left is small (640 px → 320 → 256), where it looks
+        # the same as Lanczos at ~20% less time per thumbnail.
+        img.thumbnail(target, PILImage.Resampling.BICUBIC, reducing_gap=None)
         out = io.BytesIO()
         save = {"format": "WEBP", "quality": WEBP_QUALITY, "method": WEBP_METHOD}
         if icc:

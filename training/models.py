@@ -1,0 +1,275 @@
+"""Training: the GPU catalog, jobs with their attempts, metrics and logs, and trained models."""
+
+from django.conf import settings
+from django.db import models
+
+from datasets.models import DatasetVersion, Task
+from workspaces.models import Project, Workspace, WorkspaceOwnedQuerySet
+
+
+class GpuType(models.Model):
+    """A kind of machine a job can run on, with its price; edited in the Django admin."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=80)
+    vram_gb = models.PositiveIntegerField(help_text="Memory of one GPU, GB (0 for CPU).")
+    fp16_tflops = models.FloatField(default=0, help_text="Dense FP16/BF16 tensor throughput.")
+    memory_bandwidth_gbs = models.PositiveIntegerField(default=0)
+    hourly_price = models.DecimalField(
+        max_digits=8, decimal_places=3, help_text="Price per hour in US dollars."
+    )
+    provider = models.CharField(max_length=30, help_text="Key of the provider that serves it.")
+    plans = models.ManyToManyField(
+        "billing.Plan", blank=True, related_name="gpu_types", help_text="Empty: every plan."
+    )
+    is_active = models.BooleanField(default=True)
+    sort_order = models.PositiveSmallIntegerField(default=0)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["sort_order", "hourly_price", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    PROVISIONING = "provisioning", "Provisioning"
+    PREPARING = "preparing", "Preparing"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    SUCCEEDED = "succeeded", "Succeeded"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+    CANCELED = "canceled", "Canceled"
+
+
+FINAL_STATES = (JobState.SUCCEEDED, JobState.STOPPED, JobState.FAILED, JobState.CANCELED)
+ACTIVE_STATES = (JobState.PROVISIONING, JobState.PREPARING, JobState.RUNNING, JobState.STOPPING)
+
+
+class ModelFamily(models.TextChoices):
+    YOLO26 = "yolo26", "YOLO26"
+    YOLO11 = "yolo11", "YOLO11"
+    YOLOV8 = "yolov8", "YOLOv8"
+
+
+class ModelSize(models.TextChoices):
+    N = "n", "n (nano)"
+    S = "s", "s (small)"
+    M = "m", "m (medium)"
+    L = "l", "l (large)"
+    X = "x", "x (extra large)"
+
+
+class WeightsSource(models.TextChoices):
+    SCRATCH = "scratch", "From scratch"
+    PRETRAINED = "pretrained", "Pretrained weights"
+    MODEL = "model", "A previous Kestrel model"
+
+
+class TrainingJob(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="jobs")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    dataset_version = models.ForeignKey(
+        DatasetVersion, on_delete=models.PROTECT, related_name="jobs"
+    )
+    gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="jobs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    # What to train
+    task = models.CharField(max_length=10, choices=Task.choices)
+    model_family = models.CharField(max_length=10, choices=ModelFamily.choices)
+    model_size = models.CharField(max_length=1, choices=ModelSize.choices)
+    weights = models.CharField(
+        max_length=10, choices=WeightsSource.choices, default=WeightsSource.SCRATCH
+    )
+    base_model = models.ForeignKey(
+        "TrainedModel", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    epochs = models.PositiveIntegerField()
+    imgsz = models.PositiveIntegerField()
+    batch = models.IntegerField(help_text="-1: automatic")
+    patience = models.PositiveIntegerField(default=100)
+    optimizer = models.CharField(max_length=10, default="auto")
+    seed = models.IntegerField(default=0)
+    extra_args = models.JSONField(default=dict, blank=True)
+    is_quick_test = models.BooleanField(default=False)
+    # Where it is
+    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    device = models.CharField(max_length=200, blank=True, help_text="What it really ran on.")
+    epochs_done = models.PositiveIntegerField(default=0)
+    checkpoint_epoch = models.PositiveIntegerField(null=True, blank=True)
+    latest_metrics = models.JSONField(default=dict, blank=True)
+    final_metrics = models.JSONField(default=dict, blank=True)
+    artifacts = models.JSONField(default=dict, blank=True, help_text="name → storage key")
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    first_batch_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return self.title
+
+    @property
+    def title(self) -> str:
+        return self.name or f"Job {self.pk}"
+
+    @property
+    def model_name(self) -> str:
+        """Ultralytics' name of the architecture, e.g. yolo11n-seg."""
+        suffix = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
+        return f"{self.model_family}{self.model_size}{suffix.get(self.task, '-cls')}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def checkpoint_key(self) -> str:
+        return f"training/jobs/{self.pk}/last.pt"
+
+    @property
+    def best_key(self) -> str:
+        return f"training/jobs/{self.pk}/best.pt"
+
+
+class AttemptEnd(models.TextChoices):
+    FINISHED = "finished", "Finished"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+    CANCELED = "canceled", "Canceled"
+    LOST = "lost", "Lost (worker or trainer died)"
+
+
+class TrainingAttempt(models.Model):
+    """One run of a job's trainer; a resumed job has several, never two at once."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="attempt_rows")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200)
+    machine = models.CharField(max_length=200, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    resumed_from_epoch = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=10, choices=AttemptEnd.choices, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="attempt_number_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.number}"
+
+
+class EpochMetric(models.Model):
+    """One epoch's metrics, exactly once per epoch (a resumed epoch replaces its row)."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="epoch_metrics")
+    epoch = models.PositiveIntegerField(help_text="1-based")
+    attempt = models.PositiveIntegerField()
+    values = models.JSONField()
+    seconds = models.FloatField(null=True, blank=True)
+    recorded_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["job", "epoch"]
+        constraints = [models.UniqueConstraint(fields=["job", "epoch"], name="epoch_metric_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} epoch {self.epoch}"
+
+
+class LogChunk(models.Model):
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="log_chunks")
+    attempt = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "seq"], name="log_chunk_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} log {self.attempt}.{self.seq}"
+
+
+class SystemSample(models.Model):
+    """CPU, memory, disk and (with a GPU) utilisation, memory, temperature and power."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="system_samples")
+    attempt = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    values = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "seq"], name="system_sample_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} sample {self.attempt}.{self.seq}"
+
+
+class TrainedModel(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="models")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="models")
+    job = models.OneToOneField(
+        TrainingJob, on_delete=models.SET_NULL, null=True, blank=True, related_name="model"
+    )
+    name = models.CharField(max_length=100)
+    task = models.CharField(max_length=10, choices=Task.choices)
+    architecture = models.CharField(max_length=40)
+    class_names = models.JSONField(default=list)
+    imgsz = models.PositiveIntegerField()
+    dataset_version = models.ForeignKey(
+        DatasetVersion, on_delete=models.PROTECT, null=True, blank=True, related_name="models"
+    )
+    train_args = models.JSONField(default=dict)
+    metrics = models.JSONField(default=dict)
+    weights_key = models.CharField(max_length=300)
+    weights_size = models.PositiveBigIntegerField(default=0)
+    weights_sha256 = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
