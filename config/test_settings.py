@@ -11,6 +11,12 @@ os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13")
 os.environ.setdefault("DJANGO_ENV", "development")
 # Test uploads and blobs go to a throwaway folder, shared with worker processes tests start.
 os.environ.setdefault("MEDIA_ROOT", tempfile.mkdtemp(prefix="kestrel-test-media-"))
+# Training: runs in a throwaway folder, no downloads, quick heartbeats (the reaper acts after
+# three), and a queue of this suite's own so another suite's worker never takes its jobs.
+os.environ.setdefault("TRAINING_DIR", tempfile.mkdtemp(prefix="kestrel-test-training-"))
+os.environ.setdefault("TRAINING_ALLOW_DOWNLOADS", "false")
+os.environ.setdefault("TRAINING_HEARTBEAT_SECONDS", "1")
+os.environ.setdefault("TRAINING_QUEUE", f"training-{os.environ.get('KESTREL_TEST_DB', 'test')}")
 
 from config.settings import *  # noqa: E402,F403
 

@@ -101,6 +101,9 @@ class TrainingJob(models.Model):
     # Where it is
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED)
     attempts = models.PositiveIntegerField(default=0)
+    lost_attempts = models.PositiveIntegerField(
+        default=0, help_text="Attempts lost since the job was last started or resumed by a person."
+    )
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)

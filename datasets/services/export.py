@@ -162,7 +162,22 @@ def _data_yaml(manifest: dict, splits: list[str]) -> str:
     return header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
 
-def _yolo_write(zf: zipfile.ZipFile, manifest: dict) -> None:
+class ZipSink:
+    """Where a YOLO layout is written: into a zip (an export) or a folder (a training run)."""
+
+    def __init__(self, zf: zipfile.ZipFile):
+        self.zf = zf
+
+    def blob(self, arcname: str, sha256: str) -> None:
+        _write_blob(self.zf, arcname, sha256)
+
+    def text(self, arcname: str, text: str) -> None:
+        _write_text(self.zf, arcname, text)
+
+
+def yolo_layout_write(sink, manifest: dict) -> None:
+    """The manifest as Ultralytics reads it: data.yaml, images/<split>/, labels/<split>/ (or
+    images/<split>/<class>/ for classification), written through `sink`."""
     images = manifest["images"]
     task = manifest["task"]
     names = _image_names(images)
@@ -177,19 +192,23 @@ def _yolo_write(zf: zipfile.ZipFile, manifest: dict) -> None:
             if not tags:
                 continue  # an image without a class has no folder to go in
             arc = f"images/{img['split']}/{folders[tags[0]]}/{names[img['sha256']]}"
-            _write_blob(zf, arc, img["sha256"])
+            sink.blob(arc, img["sha256"])
         return
-    _write_text(zf, "data.yaml", _data_yaml(manifest, splits))
+    sink.text("data.yaml", _data_yaml(manifest, splits))
     for img in images:
         name = names[img["sha256"]]
         stem = name.rsplit(".", 1)[0]
-        _write_blob(zf, f"images/{img['split']}/{name}", img["sha256"])
+        sink.blob(f"images/{img['split']}/{name}", img["sha256"])
         lines = []
         for lb in img["labels"]:
             values = _yolo_values(task, lb["kind"], lb["data"])
             if values is not None:
                 lines.append(" ".join([str(lb["class"]), *(_num(v) for v in values)]))
-        _write_text(zf, f"labels/{img['split']}/{stem}.txt", "".join(f"{ln}\n" for ln in lines))
+        sink.text(f"labels/{img['split']}/{stem}.txt", "".join(f"{ln}\n" for ln in lines))
+
+
+def _yolo_write(zf: zipfile.ZipFile, manifest: dict) -> None:
+    yolo_layout_write(ZipSink(zf), manifest)
 
 
 # --- COCO ---------------------------------------------------------------------------------------

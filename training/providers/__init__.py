@@ -1,0 +1,23 @@
+"""Where trainers run. Each provider gets a machine, starts the trainer on it, tells whether it
+is alive, and ends it; the supervising task (training.supervisor) does the rest the same way
+for all of them."""
+
+from django.conf import settings
+
+from training.providers.base import Machine, Provider, ProviderError, TrainerHandle
+
+PROVIDER_NAMES = {"local": "This machine", "skypilot": "SkyPilot", "kubernetes": "Kubernetes"}
+
+
+def provider_for(key: str) -> Provider:
+    if key not in settings.TRAINING_PROVIDERS:
+        name = PROVIDER_NAMES.get(key, key)
+        raise ProviderError(f"The {name} provider is not configured on this server.")
+    if key == "local":
+        from training.providers.local import LocalProvider
+
+        return LocalProvider()
+    raise ProviderError(f"There is no {PROVIDER_NAMES.get(key, key)} provider in this version.")
+
+
+__all__ = ["Machine", "Provider", "ProviderError", "TrainerHandle", "provider_for"]

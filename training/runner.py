@@ -1,0 +1,371 @@
+"""The trainer process: `python -m training.runner SPEC.json`.
+
+Runs Ultralytics with callbacks that append the job's events to its Redis stream: batch progress
+(a few per second), epoch metrics, checkpoints, log lines and system samples, each carrying
+(job, attempt, seq). It reads no database and loads weights only here, never in the web or the
+worker. Events never block training: a lost Redis connection is logged and training goes on.
+
+Exit status: 0 finished or stopped, 1 failed (an `error` event says why), 75 another attempt
+owns the job now.
+"""
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+FENCED = 75
+BATCH_EVENTS_PER_SECOND = 4
+CONTROL_CHECK_SECONDS = 0.5
+LOG_FLUSH_SECONDS = 0.5
+STREAM_MAXLEN = 50_000
+
+
+def _die_with_parent() -> None:
+    """The trainer ends when its supervising task dies: a resumed attempt never finds the old
+    one still running. Linux only; elsewhere the attempt fence does it (more slowly)."""
+    parent = int(os.environ.get("KESTREL_SUPERVISOR_PID", "0") or 0)
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if parent and os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(FENCED)
+
+
+def _number(value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+class Events:
+    """Appends events to the job's stream; thread-safe; never raises into training."""
+
+    def __init__(self, spec: dict):
+        import redis
+
+        self.redis = redis.Redis.from_url(spec["redis_url"], socket_timeout=5)
+        self.stream = spec["stream"]
+        self.job = str(spec["job_id"])
+        self.attempt = str(spec["attempt"])
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def emit(self, kind: str, data: dict) -> None:
+        with self._lock:
+            self._seq += 1
+            fields = {
+                "j": self.job,
+                "a": self.attempt,
+                "s": str(self._seq),
+                "t": kind,
+                "d": json.dumps(data, default=str),
+            }
+            try:
+                self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
+            except Exception as e:  # noqa: BLE001 - training goes on without its events
+                sys.__stderr__.write(f"kestrel: event {kind} not sent: {e}\n")
+
+
+class LogTee:
+    """Passes output through and sends complete lines as `log` events, a batch at a time.
+    A carriage return (a progress bar redrawing) keeps only the line's last state."""
+
+    def __init__(self, events: Events, original):
+        self.events, self.original = events, original
+        self._line = ""
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+
+    def write(self, text: str) -> int:
+        self.original.write(text)
+        with self._lock:
+            for part in text.splitlines(keepends=True):
+                if part.endswith("\n"):
+                    self._lines.append((self._line + part.rstrip("\r\n")).rsplit("\r", 1)[-1])
+                    self._line = ""
+                else:
+                    self._line = (self._line + part).rsplit("\r", 1)[-1]
+            due = time.monotonic() - self._last_flush > LOG_FLUSH_SECONDS
+        if due or len(self._lines) > 200:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.original.flush()
+        with self._lock:
+            lines, self._lines = self._lines, []
+            self._last_flush = time.monotonic()
+        if lines:
+            self.events.emit("log", {"lines": [ln[:2000] for ln in lines]})
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self.original, name)
+
+
+def _system_sample(workdir: str, nvml) -> dict:
+    import psutil
+
+    memory = psutil.virtual_memory()
+    sample = {
+        "cpu_percent": psutil.cpu_percent(None),
+        "ram_percent": memory.percent,
+        "ram_used_gb": round(memory.used / 2**30, 2),
+        "disk_percent": psutil.disk_usage(workdir).percent,
+        "process_rss_gb": round(psutil.Process().memory_info().rss / 2**30, 2),
+    }
+    if nvml is not None:
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(
+                {
+                    "util_percent": util.gpu,
+                    "memory_used_gb": round(mem.used / 2**30, 2),
+                    "memory_total_gb": round(mem.total / 2**30, 2),
+                    "temperature_c": nvml.nvmlDeviceGetTemperature(handle, 0),
+                    "power_w": round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
+                }
+            )
+        sample["gpus"] = gpus
+    return sample
+
+
+def _nvml():
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001 - no driver, no GPU: CPU samples only
+        return None
+
+
+def _sampler(events: Events, workdir: str, interval: float, stop: threading.Event) -> None:
+    nvml = _nvml()
+    while not stop.wait(interval):
+        try:
+            events.emit("system", _system_sample(workdir, nvml))
+        except Exception as e:  # noqa: BLE001
+            sys.__stderr__.write(f"kestrel: system sample failed: {e}\n")
+
+
+def _copy_atomic(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def _metrics(trainer) -> dict:
+    values = {}
+    try:
+        values.update(trainer.label_loss_items(trainer.tloss, prefix="train"))
+    except Exception as e:  # noqa: BLE001 - a task whose loss items differ: metrics only
+        sys.__stderr__.write(f"kestrel: no loss items: {e}\n")
+    values.update(trainer.metrics or {})
+    values.update(getattr(trainer, "lr", None) or {})
+    return {k: v for k, v in ((k, _number(v)) for k, v in values.items()) if v is not None}
+
+
+class Callbacks:
+    def __init__(self, spec: dict, events: Events):
+        import redis
+
+        self.spec, self.events = spec, events
+        self.control = redis.Redis.from_url(spec["redis_url"], socket_timeout=5)
+        self.ckpt_dir = Path(spec["checkpoint_dir"])
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        self.stop_requested = False
+        self.in_epoch = False
+        self.batch = 0
+        self.first_batch = True
+        self.last_batch_event = 0.0
+        self.last_control = 0.0
+
+    def register(self, model) -> None:
+        model.add_callback("on_train_start", self.on_train_start)
+        model.add_callback("on_train_epoch_start", self.on_train_epoch_start)
+        model.add_callback("on_train_batch_end", self.on_train_batch_end)
+        model.add_callback("on_model_save", self.on_model_save)
+        model.add_callback("on_fit_epoch_end", self.on_fit_epoch_end)
+        model.add_callback("on_train_end", self.on_train_end)
+
+    def _check_control(self, trainer) -> None:
+        now = time.monotonic()
+        if now - self.last_control < CONTROL_CHECK_SECONDS:
+            return
+        self.last_control = now
+        try:
+            fence, control = self.control.mget(self.spec["fence_key"], self.spec["control_key"])
+        except Exception:  # noqa: BLE001 - Redis away: keep training, look again later
+            return
+        if fence is not None and fence.decode() != str(self.spec["attempt"]):
+            sys.__stderr__.write("kestrel: another attempt owns this job; exiting\n")
+            os._exit(FENCED)
+        if control == b"stop" and not self.stop_requested:
+            self.stop_requested = True
+            trainer.stop = True
+            print("Kestrel: stop requested; finishing this batch, then validating and saving.")
+
+    def on_train_start(self, trainer) -> None:
+        self.events.emit(
+            "train_start",
+            {
+                "epochs": trainer.epochs,
+                "start_epoch": trainer.start_epoch,
+                "batches": len(trainer.train_loader),
+                "device": str(trainer.device),
+                "save_dir": str(trainer.save_dir),
+            },
+        )
+
+    def on_train_epoch_start(self, trainer) -> None:
+        self.in_epoch = True
+        self.batch = 0
+
+    def on_train_batch_end(self, trainer) -> None:
+        self.batch += 1
+        now = time.monotonic()
+        if self.first_batch or now - self.last_batch_event >= 1 / BATCH_EVENTS_PER_SECOND:
+            loss = trainer.tloss
+            self.events.emit(
+                "batch",
+                {
+                    "epoch": trainer.epoch + 1,
+                    "epochs": trainer.epochs,
+                    "batch": self.batch,
+                    "batches": len(trainer.train_loader),
+                    "loss": [
+                        _number(v) for v in (loss.tolist() if hasattr(loss, "tolist") else [loss])
+                    ]
+                    if loss is not None
+                    else [],
+                    "first": self.first_batch,
+                },
+            )
+            self.first_batch = False
+            self.last_batch_event = now
+        self._check_control(trainer)
+
+    def on_model_save(self, trainer) -> None:
+        # Copied now: the final evaluation strips the optimizer from last.pt, and resuming
+        # needs it.
+        epoch = trainer.epoch + 1
+        last = self.ckpt_dir / f"last-{epoch}.pt"
+        _copy_atomic(Path(trainer.last), last)
+        best = None
+        if Path(trainer.best).exists() and trainer.best_fitness == trainer.fitness:
+            best = self.ckpt_dir / f"best-{epoch}.pt"
+            _copy_atomic(Path(trainer.best), best)
+        self.events.emit(
+            "checkpoint", {"epoch": epoch, "last": str(last), "best": str(best) if best else None}
+        )
+
+    def on_fit_epoch_end(self, trainer) -> None:
+        if self.in_epoch:
+            self.in_epoch = False
+            self.events.emit(
+                "epoch",
+                {
+                    "epoch": trainer.epoch + 1,
+                    "epochs": trainer.epochs,
+                    "metrics": _metrics(trainer),
+                    "seconds": _number(getattr(trainer, "epoch_time", None)),
+                },
+            )
+            self._check_control(trainer)
+        else:  # the final validation of best.pt
+            metrics = {k: _number(v) for k, v in (trainer.metrics or {}).items()}
+            self.events.emit(
+                "final", {"metrics": {k: v for k, v in metrics.items() if v is not None}}
+            )
+
+    def on_train_end(self, trainer) -> None:
+        save_dir = Path(trainer.save_dir)
+        self.events.emit(
+            "train_end",
+            {
+                "save_dir": str(save_dir),
+                "best": str(trainer.best) if Path(trainer.best).exists() else None,
+                "names": [str(n) for n in (trainer.data or {}).get("names", {}).values()],
+                "plots": sorted(str(p) for p in save_dir.glob("*.png")),
+                "results_csv": str(save_dir / "results.csv"),
+            },
+        )
+
+
+def run(spec: dict) -> int:
+    events = Events(spec)
+    stdout, stderr = LogTee(events, sys.stdout), LogTee(events, sys.stderr)
+    sys.stdout, sys.stderr = stdout, stderr  # before Ultralytics binds its log handler
+    stop_sampling = threading.Event()
+    sampler = threading.Thread(
+        target=_sampler,
+        args=(events, spec["workdir"], float(spec.get("system_sample_seconds", 5)), stop_sampling),
+        daemon=True,
+    )
+    sampler.start()
+    callbacks = None
+    try:
+        events.emit("started", {"pid": os.getpid(), "resume": spec.get("resume")})
+        from ultralytics import YOLO
+
+        if spec.get("resume"):
+            model = YOLO(spec["resume"])
+            callbacks = Callbacks(spec, events)
+            callbacks.register(model)
+            args = spec["train_args"]
+            model.train(
+                resume=True,
+                data=args["data"],
+                device=args["device"],
+                workers=args.get("workers", 0),
+            )
+        else:
+            model = YOLO(spec["model"], task=spec["task"])
+            callbacks = Callbacks(spec, events)
+            callbacks.register(model)
+            model.train(**spec["train_args"])
+    except BaseException as e:  # noqa: BLE001 - every failure becomes a readable reason
+        traceback.print_exc()
+        message = f"{type(e).__name__}: {e}".strip()
+        events.emit("error", {"message": message[:2000]})
+        stdout.flush()
+        stderr.flush()
+        return 1
+    finally:
+        stop_sampling.set()
+    stdout.flush()
+    stderr.flush()
+    events.emit("done", {"stopped": bool(callbacks and callbacks.stop_requested)})
+    return 0
+
+
+def main() -> None:
+    _die_with_parent()
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    os.environ.update(spec.get("env", {}))
+    sys.exit(run(spec))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""Training jobs as a person sees them: submit, stop, cancel, resume; and the state machine
+every change of a job's state goes through."""
+
+import dataclasses
+from collections import Counter
+
+from django.db import transaction
+from django.utils import timezone
+
+from datasets.models import DatasetVersion, LabelKind, Task
+from datasets.services.health import dataset_training_blocked_reason
+from datasets.services.versions import version_manifest_load
+from training.models import (
+    JobState,
+    TrainedModel,
+    TrainingJob,
+    WeightsSource,
+)
+from training.services.arguments import (
+    TrainParams,
+    pretrained_weights,
+    train_params_validate,
+)
+from training.services.catalog import gpu_pick
+from workspaces.models import Project
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+
+# A quick test run: the same settings on a small subset, for two epochs.
+QUICK_TEST_EPOCHS = 2
+QUICK_TEST_TRAIN_IMAGES = 32
+QUICK_TEST_VAL_IMAGES = 16
+
+TRANSITIONS: dict[str, set[str]] = {
+    JobState.QUEUED: {JobState.PROVISIONING, JobState.CANCELED, JobState.FAILED},
+    JobState.PROVISIONING: {
+        JobState.PREPARING,
+        JobState.STOPPING,
+        JobState.QUEUED,
+        JobState.FAILED,
+        JobState.CANCELED,
+    },
+    JobState.PREPARING: {
+        JobState.RUNNING,
+        JobState.STOPPING,
+        JobState.QUEUED,
+        JobState.FAILED,
+        JobState.CANCELED,
+    },
+    JobState.RUNNING: {
+        JobState.STOPPING,
+        JobState.SUCCEEDED,
+        JobState.STOPPED,
+        JobState.FAILED,
+        JobState.CANCELED,
+        JobState.QUEUED,
+    },
+    JobState.STOPPING: {
+        JobState.STOPPED,
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.CANCELED,
+        JobState.QUEUED,
+    },
+    JobState.STOPPED: {JobState.QUEUED},
+    JobState.FAILED: {JobState.QUEUED},
+    JobState.SUCCEEDED: set(),
+    JobState.CANCELED: set(),
+}
+
+
+class TransitionError(ServiceError):
+    pass
+
+
+def job_transition(job: TrainingJob, to: str, **fields) -> None:
+    """Move a (locked) job to state `to`, saving it with `fields`; refuse a move the state
+    machine does not allow."""
+    if to != job.state and to not in TRANSITIONS[job.state]:
+        raise TransitionError(
+            f"{job.title} is {job.get_state_display().lower()}; it cannot become {to}."
+        )
+    job.state = to
+    if to in (JobState.SUCCEEDED, JobState.STOPPED, JobState.FAILED, JobState.CANCELED):
+        fields.setdefault("finished_at", timezone.now())
+        fields.setdefault("lease_owner", "")
+        fields.setdefault("lease_until", None)
+    for name, value in fields.items():
+        setattr(job, name, value)
+    job.save(update_fields=["state", "updated_at", *fields])
+
+
+def job_locked(job_id: int) -> TrainingJob:
+    """The job row, locked until the end of the caller's transaction."""
+    return TrainingJob.objects.select_for_update().get(pk=job_id)
+
+
+# --- checks at submit ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionFacts:
+    train_images: int
+    val_images: int
+    labels: int
+    classes: list[str]
+
+
+def version_facts(version: DatasetVersion, *, task: str) -> VersionFacts:
+    """What a job needs to know of a version, refusing one that cannot train `task`."""
+    dataset = version.dataset
+    if dataset.task != task:
+        raise ServiceError(
+            f"“{dataset.name}” is a {dataset.get_task_display().lower()} dataset; it cannot "
+            f"train a {Task(task).label.lower()} model."
+        )
+    manifest = version_manifest_load(version)
+    classes = manifest["classes"]
+    split_images: Counter = Counter()
+    split_classes: dict[str, Counter] = {"train": Counter(), "val": Counter()}
+    labels = 0
+    for image in manifest["images"]:
+        own = image["labels"]
+        if task == Task.CLASSIFY:
+            own = [lb for lb in own if lb["kind"] == LabelKind.TAG]
+            if not own:
+                continue  # an image without a class is not trained on
+        split_images[image["split"]] += 1
+        labels += len(own)
+        if image["split"] in split_classes:
+            split_classes[image["split"]].update(lb["class"] for lb in own)
+    name = f"{dataset.name} v{version.number}"
+    if labels == 0:
+        raise ServiceError(f"{name} has no labels; label some images and save a new version.")
+    if not split_images["train"]:
+        raise ServiceError(f"{name} has no training images; move some images to train.")
+    if not split_images["val"]:
+        raise ServiceError(
+            f"{name} has no validation images, so its accuracy cannot be measured; "
+            "auto-split the dataset (e.g. 80/20) and save a new version."
+        )
+    trained = set(split_classes["train"])
+    missing = [classes[i] for i in sorted(trained - set(split_classes["val"]))]
+    if missing:
+        shown = ", ".join(f"“{n}”" for n in missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise ServiceError(
+            f"{name}: {shown} {'has' if len(missing) == 1 else 'have'} no labels in val, so "
+            "the model's accuracy on it cannot be measured; move some of its images to val and "
+            "save a new version."
+        )
+    return VersionFacts(
+        train_images=split_images["train"],
+        val_images=split_images["val"],
+        labels=labels,
+        classes=classes,
+    )
+
+
+def _in_workspace(access: WorkspaceAccess, obj, what: str) -> None:
+    if obj.workspace_id != access.workspace.pk:
+        raise ServiceError(f"This {what} belongs to another workspace.")
+
+
+# --- what a person does -----------------------------------------------------------------------
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    access: WorkspaceAccess,
+    project: Project,
+    version: DatasetVersion,
+    gpu_type_id: int | None,
+    params: TrainParams,
+    base_model: TrainedModel | None = None,
+    quick_test: bool = False,
+    name: str = "",
+) -> TrainingJob:
+    """Check everything that can be checked before paying for a machine, then queue the job."""
+    access.require(Perm.TRAIN)
+    _in_workspace(access, project, "project")
+    _in_workspace(access, version.dataset, "dataset")
+    gpu = gpu_pick(workspace=access.workspace, gpu_id=gpu_type_id)
+    blocked = dataset_training_blocked_reason(dataset=version.dataset)
+    if blocked:
+        raise ServiceError(blocked)
+    facts = version_facts(version, task=params.task)
+    train_images = facts.train_images
+    if quick_test:
+        train_images = min(train_images, QUICK_TEST_TRAIN_IMAGES)
+        params = dataclasses.replace(
+            params,
+            epochs=QUICK_TEST_EPOCHS,
+            batch=params.batch if params.batch < 0 else min(params.batch, train_images),
+        )
+    params = train_params_validate(params, train_images=train_images)
+    if params.weights == WeightsSource.MODEL:
+        if base_model is None:
+            raise ServiceError("Pick the model to fine-tune.")
+        _in_workspace(access, base_model, "model")
+        if base_model.task != params.task:
+            raise ServiceError(
+                f"“{base_model.name}” is a {Task(base_model.task).label.lower()} model; it "
+                f"cannot be fine-tuned for {Task(params.task).label.lower()}."
+            )
+    else:
+        base_model = None
+    if params.weights == WeightsSource.PRETRAINED:
+        pretrained_weights(params.model_family, params.model_size, params.task)
+    job = TrainingJob.objects.create(
+        workspace=access.workspace,
+        project=project,
+        dataset_version=version,
+        gpu_type=gpu,
+        created_by=access.user,
+        name=(name.strip() or ("Quick test" if quick_test else ""))[:100],
+        task=params.task,
+        model_family=params.model_family,
+        model_size=params.model_size,
+        weights=params.weights,
+        base_model=base_model,
+        epochs=params.epochs,
+        imgsz=params.imgsz,
+        batch=params.batch,
+        patience=params.patience,
+        optimizer=params.optimizer,
+        seed=params.seed,
+        extra_args=params.extra_args,
+        is_quick_test=quick_test,
+        device=gpu.description or gpu.name,
+        queued_at=timezone.now(),
+    )
+    _enqueue(job.pk)
+    return job
+
+
+def _enqueue(job_id: int) -> None:
+    from training.tasks import run_job
+
+    transaction.on_commit(lambda: run_job.delay(job_id))
+
+
+def _require_job(access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
+    access.require(Perm.TRAIN)
+    _in_workspace(access, job, "job")
+    return job_locked(job.pk)
+
+
+@transaction.atomic
+def job_stop(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
+    """Finish the current batch, validate, keep best and last weights, end as stopped."""
+    job = _require_job(access, job)
+    if job.is_final:
+        raise ServiceError(f"{job.title} has already ended ({job.get_state_display().lower()}).")
+    if job.state == JobState.QUEUED:  # nothing ran yet: there is nothing to keep
+        job_transition(job, JobState.CANCELED, error="Stopped before it started.")
+        return job
+    if job.state != JobState.STOPPING:
+        job_transition(job, JobState.STOPPING, stop_requested_at=timezone.now())
+    return job
+
+
+@transaction.atomic
+def job_cancel(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
+    """End the job at once: the trainer's processes are killed, no model is made."""
+    job = _require_job(access, job)
+    if job.is_final:
+        raise ServiceError(f"{job.title} has already ended ({job.get_state_display().lower()}).")
+    if job.state == JobState.QUEUED:
+        job_transition(job, JobState.CANCELED, cancel_requested_at=timezone.now())
+    else:  # the supervising task kills the trainer and ends the job within a heartbeat
+        job.cancel_requested_at = timezone.now()
+        job.save(update_fields=["cancel_requested_at", "updated_at"])
+    return job
+
+
+@transaction.atomic
+def job_resume(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
+    """Queue a stopped or failed job again; it continues from its last checkpoint."""
+    job = _require_job(access, job)
+    if job.state not in (JobState.STOPPED, JobState.FAILED):
+        raise ServiceError(
+            f"Only a stopped or failed job can be resumed; {job.title} is "
+            f"{job.get_state_display().lower()}."
+        )
+    if job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs:
+        raise ServiceError(f"{job.title} already trained all {job.epochs} epochs.")
+    job_requeue(job, lost=False)
+    return job
+
+
+def job_requeue(job: TrainingJob, *, lost: bool, error: str = "") -> None:
+    """Back to the queue (a locked job): from its checkpoint when it has one."""
+    job_transition(
+        job,
+        JobState.QUEUED,
+        lost_attempts=job.lost_attempts + 1 if lost else 0,
+        stop_requested_at=None,
+        cancel_requested_at=None,
+        lease_owner="",
+        lease_until=None,
+        finished_at=None,
+        error=error,
+        queued_at=timezone.now(),
+    )
+    _enqueue(job.pk)

@@ -1,0 +1,645 @@
+"""The supervising side of a training attempt, run by `training.tasks.run_job`.
+
+It takes the job's lease (one holder at a time, by row lock), gets a machine from the job's
+provider, materialises the dataset version, starts the trainer as its own process, and then,
+until the trainer ends: reads the job's Redis stream and writes what it says to PostgreSQL
+(metrics, logs, system samples, checkpoints to storage), beats the heartbeat, and passes on
+stop and cancel. A finished job needs nothing from Redis.
+"""
+
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from django.core.files.storage import FileSystemStorage, default_storage
+from django.db import transaction
+from django.utils import timezone
+
+from training.models import (
+    ACTIVE_STATES,
+    AttemptEnd,
+    EpochMetric,
+    JobState,
+    LogChunk,
+    SystemSample,
+    TrainedModel,
+    TrainingAttempt,
+    TrainingJob,
+    WeightsSource,
+)
+from training.providers import ProviderError, provider_for
+from training.runner import FENCED
+from training.services.arguments import model_yaml_name, pretrained_weights
+from training.services.jobs import (
+    QUICK_TEST_TRAIN_IMAGES,
+    QUICK_TEST_VAL_IMAGES,
+    job_locked,
+    job_requeue,
+    job_transition,
+)
+from training.services.materialise import dataset_materialise
+from training.ultralytics_env import ultralytics_env
+from workspaces.services import ServiceError
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_TTL = 3600
+
+
+def stream_key(job_id: int) -> str:
+    return f"training:job:{job_id}:events"
+
+
+def control_key(job_id: int) -> str:
+    return f"training:job:{job_id}:control"
+
+
+def fence_key(job_id: int) -> str:
+    return f"training:job:{job_id}:attempt"
+
+
+def progress_key(job_id: int) -> str:
+    return f"training:job:{job_id}:progress"
+
+
+def training_redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.TRAINING_REDIS_URL)
+
+
+def job_progress(job: TrainingJob) -> dict | None:
+    """The running job's latest batch (epoch, batch of batches, loss), or None."""
+    if job.is_final:
+        return None
+    try:
+        raw = training_redis().get(progress_key(job.pk))
+    except redis.RedisError:
+        return None
+    return json.loads(raw) if raw else None
+
+
+def lease_seconds() -> float:
+    return 3 * settings.TRAINING_HEARTBEAT_SECONDS
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def storage_put_file(key: str, path: Path) -> None:
+    """Store a (possibly large) file at exactly `key`, replacing what was there, streamed."""
+    if isinstance(default_storage, FileSystemStorage):
+        target = Path(default_storage.path(key))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+        return
+    if default_storage.exists(key):
+        default_storage.delete(key)
+    with open(path, "rb") as f:
+        default_storage.save(key, f)
+
+
+def storage_get_file(key: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with default_storage.open(key, "rb") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+
+
+# --- the lease ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Lease:
+    job: TrainingJob
+    attempt: TrainingAttempt
+    worker: str
+
+
+class LeaseHeld(Exception):
+    pass
+
+
+def lease_take(job_id: int, worker: str) -> Lease:
+    """Make `worker` the job's only runner, or raise LeaseHeld saying who holds it."""
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            raise LeaseHeld(f"job {job_id} does not exist")
+        now = timezone.now()
+        if job.state != JobState.QUEUED:
+            if job.lease_owner and job.lease_until and job.lease_until > now:
+                raise LeaseHeld(f"job {job_id}: the lease is held by {job.lease_owner}")
+            raise LeaseHeld(f"job {job_id} is {job.state}, not queued")
+        job.attempts += 1
+        job_transition(
+            job,
+            JobState.PROVISIONING,
+            attempts=job.attempts,
+            lease_owner=worker,
+            lease_until=now + timedelta(seconds=lease_seconds()),
+            heartbeat_at=now,
+            started_at=job.started_at or now,
+        )
+        attempt = TrainingAttempt.objects.create(
+            job=job,
+            number=job.attempts,
+            worker=worker,
+            resumed_from_epoch=job.checkpoint_epoch,
+        )
+    return Lease(job=job, attempt=attempt, worker=worker)
+
+
+# --- one attempt --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Outcome:
+    done: dict | None = None
+    error: str = ""
+    final_metrics: dict = field(default_factory=dict)
+    train_end: dict | None = None
+
+
+class Supervisor:
+    def __init__(self, lease: Lease):
+        self.job = lease.job
+        self.attempt = lease.attempt
+        self.worker = lease.worker
+        self.redis = training_redis()
+        self.provider = None
+        self.handle = None
+        self.outcome = _Outcome()
+        self.lost_lease = False
+        self.canceling = False
+        self.stop_sent = False
+        self.epoch_started = time.monotonic()
+
+    # -- helpers
+    def _workdir(self) -> Path:
+        return Path(self.machine.workdir) / "jobs" / str(self.job.pk)
+
+    def _save_job(self, **fields) -> None:
+        for name, value in fields.items():
+            setattr(self.job, name, value)
+        TrainingJob.objects.filter(pk=self.job.pk, lease_owner=self.worker).update(
+            **fields, updated_at=timezone.now()
+        )
+
+    def _transition(self, to: str, **fields) -> bool:
+        """Change state if this worker still holds the lease; False if it lost it."""
+        with transaction.atomic():
+            job = job_locked(self.job.pk)
+            if job.lease_owner != self.worker:
+                self.lost_lease = True
+                return False
+            job_transition(job, to, **fields)
+            self.job = job
+        return True
+
+    # -- run
+    def run(self) -> None:
+        try:
+            self._prepare_and_start()
+        except (ProviderError, ServiceError) as e:
+            self._fail(str(e))
+            return
+        except Exception:
+            logger.exception(
+                "job %s: preparing attempt %s failed", self.job.pk, self.attempt.number
+            )
+            self._fail("Kestrel could not prepare the run (an internal error); see the worker log.")
+            return
+        try:
+            self._follow()
+        except Exception:
+            logger.exception(
+                "job %s: supervising attempt %s failed", self.job.pk, self.attempt.number
+            )
+            if self.handle is not None:
+                self.provider.terminate(self.handle, force=True)
+            self._fail("Kestrel lost track of the run (an internal error); see the worker log.")
+            return
+        self._finish()
+
+    def _prepare_and_start(self) -> None:
+        job = self.job
+        self.provider = provider_for(job.gpu_type.provider)
+        self.machine = self.provider.provision(job_id=job.pk, gpu_slug=job.gpu_type.slug)
+        if not self._transition(JobState.PREPARING, device=self.machine.name):
+            return
+        workdir = self._workdir()
+        attempt_dir = workdir / f"attempt-{self.attempt.number}"
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        subset = (QUICK_TEST_TRAIN_IMAGES, QUICK_TEST_VAL_IMAGES) if job.is_quick_test else None
+        data = dataset_materialise(
+            job.dataset_version, workdir=Path(self.machine.workdir), subset=subset
+        )
+        resume = None
+        if job.checkpoint_epoch:
+            resume = attempt_dir / "resume.pt"
+            storage_get_file(job.checkpoint_key, resume)
+        if job.weights == WeightsSource.MODEL and job.base_model is not None:
+            model = attempt_dir / "base.pt"
+            storage_get_file(job.base_model.weights_key, model)
+            model = str(model)
+        elif job.weights == WeightsSource.PRETRAINED:
+            model = str(pretrained_weights(job.model_family, job.model_size, job.task))
+        else:
+            model = model_yaml_name(job.model_family, job.model_size, job.task)
+        train_args = {
+            **job.extra_args,
+            "data": data,
+            "epochs": job.epochs,
+            "imgsz": job.imgsz,
+            "batch": job.batch,
+            "patience": job.patience,
+            "optimizer": job.optimizer,
+            "seed": job.seed,
+            "device": self.machine.device,
+            "project": str(workdir),
+            "name": "run",
+            "exist_ok": True,
+            "verbose": True,
+        }
+        if self.machine.device == "cpu":
+            train_args.update(amp=False, workers=0)
+        spec = {
+            "job_id": job.pk,
+            "attempt": self.attempt.number,
+            "task": job.task,
+            "model": model,
+            "resume": str(resume) if resume else None,
+            "train_args": train_args,
+            "redis_url": settings.TRAINING_REDIS_URL,
+            "stream": stream_key(job.pk),
+            "control_key": control_key(job.pk),
+            "fence_key": fence_key(job.pk),
+            "checkpoint_dir": str(attempt_dir / "checkpoints"),
+            "workdir": self.machine.workdir,
+            "system_sample_seconds": max(1.0, settings.TRAINING_HEARTBEAT_SECONDS / 2),
+            "env": ultralytics_env(
+                Path(self.machine.workdir) / "ultralytics-config",
+                offline=not settings.TRAINING_ALLOW_DOWNLOADS,
+            ),
+        }
+        spec_path = attempt_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec, indent=1))
+        # A fresh stream for this attempt; the fence tells any older trainer to stop.
+        pipe = self.redis.pipeline()
+        pipe.delete(stream_key(job.pk), control_key(job.pk))
+        pipe.set(fence_key(job.pk), self.attempt.number, ex=7 * 24 * 3600)
+        pipe.execute()
+        if self.lost_lease:
+            return
+        self.handle = self.provider.start(
+            self.machine, spec_path=str(spec_path), log_path=str(attempt_dir / "trainer.log")
+        )
+        TrainingAttempt.objects.filter(pk=self.attempt.pk).update(
+            pid=self.handle.pid, machine=self.machine.name
+        )
+        self._transition(JobState.RUNNING)
+
+    def _beat(self) -> None:
+        """Heartbeat and lease renewal; read stop and cancel requests made since."""
+        now = timezone.now()
+        updated = TrainingJob.objects.filter(pk=self.job.pk, lease_owner=self.worker).update(
+            heartbeat_at=now, lease_until=now + timedelta(seconds=lease_seconds())
+        )
+        if not updated:
+            self.lost_lease = True
+            return
+        state, stop_at, cancel_at = (
+            TrainingJob.objects.filter(pk=self.job.pk)
+            .values_list("state", "stop_requested_at", "cancel_requested_at")
+            .get()
+        )
+        self.job.state = state
+        if cancel_at and not self.canceling:
+            self.canceling = True
+            self.provider.terminate(self.handle, force=True)
+        elif (stop_at or state == JobState.STOPPING) and not self.stop_sent:
+            self.stop_sent = True
+            self.redis.set(control_key(self.job.pk), "stop", ex=7 * 24 * 3600)
+
+    def _follow(self) -> None:
+        if self.handle is None:
+            return
+        key = stream_key(self.job.pk)
+        last_id = "0-0"
+        beat_every = settings.TRAINING_HEARTBEAT_SECONDS
+        last_beat = 0.0
+        ended_at = None
+        while True:
+            if time.monotonic() - last_beat >= beat_every:
+                last_beat = time.monotonic()
+                self._beat()
+                if self.lost_lease:  # another attempt owns the job: end ours, touch nothing
+                    self.provider.terminate(self.handle, force=True)
+                    return
+            block = 200 if ended_at else int(min(1000, beat_every * 500))
+            for _, entries in self.redis.xread({key: last_id}, count=500, block=block) or []:
+                for entry_id, fields in entries:
+                    last_id = entry_id
+                    self._handle(fields)
+            if ended_at is None and self.provider.exit_code(self.handle) is not None:
+                ended_at = time.monotonic()  # read what it wrote last, then stop
+            elif ended_at is not None and time.monotonic() - ended_at > 1.0:
+                return
+
+    def _handle(self, fields: dict) -> None:
+        if fields.get(b"a", b"").decode() != str(self.attempt.number):
+            return  # an older attempt's late words
+        kind = fields[b"t"].decode()
+        data = json.loads(fields[b"d"])
+        seq = int(fields[b"s"])
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is not None:
+            handler(data, seq)
+
+    # -- events
+    def _on_batch(self, data: dict, seq: int) -> None:
+        self.redis.set(progress_key(self.job.pk), json.dumps(data), ex=PROGRESS_TTL)
+        if data.get("first") and self.job.first_batch_at is None:
+            self._save_job(first_batch_at=timezone.now())
+
+    def _on_epoch(self, data: dict, seq: int) -> None:
+        epoch = int(data["epoch"])
+        with transaction.atomic():
+            EpochMetric.objects.update_or_create(
+                job_id=self.job.pk,
+                epoch=epoch,
+                defaults={
+                    "attempt": self.attempt.number,
+                    "values": data["metrics"],
+                    "seconds": data.get("seconds"),
+                },
+            )
+            self._save_job(epochs_done=epoch, latest_metrics=data["metrics"])
+
+    def _on_checkpoint(self, data: dict, seq: int) -> None:
+        epoch = int(data["epoch"])
+        storage_put_file(self.job.checkpoint_key, Path(data["last"]))
+        artifacts = dict(self.job.artifacts)
+        if data.get("best"):
+            storage_put_file(self.job.best_key, Path(data["best"]))
+            artifacts["best.pt (training)"] = self.job.best_key
+        artifacts["last.pt"] = self.job.checkpoint_key
+        self._save_job(checkpoint_epoch=epoch, artifacts=artifacts)
+        folder = Path(data["last"]).parent
+        for old in folder.glob("*.pt"):  # stored now: keep only this epoch's copies
+            if old.name not in (Path(data["last"]).name, Path(data.get("best") or "").name):
+                old.unlink(missing_ok=True)
+
+    def _on_log(self, data: dict, seq: int) -> None:
+        LogChunk.objects.bulk_create(
+            [
+                LogChunk(
+                    job_id=self.job.pk,
+                    attempt=self.attempt.number,
+                    seq=seq,
+                    text="\n".join(data["lines"]),
+                )
+            ],
+            ignore_conflicts=True,
+        )
+
+    def _on_system(self, data: dict, seq: int) -> None:
+        SystemSample.objects.bulk_create(
+            [SystemSample(job_id=self.job.pk, attempt=self.attempt.number, seq=seq, values=data)],
+            ignore_conflicts=True,
+        )
+
+    def _on_final(self, data: dict, seq: int) -> None:
+        self.outcome.final_metrics = data["metrics"]
+        self._save_job(final_metrics=data["metrics"])
+
+    def _on_train_end(self, data: dict, seq: int) -> None:
+        self.outcome.train_end = data
+        artifacts = dict(self.job.artifacts)
+        for plot in data.get("plots", []):
+            path = Path(plot)
+            key = f"training/jobs/{self.job.pk}/plots/{path.name}"
+            storage_put_file(key, path)
+            artifacts[path.name] = key
+        results = Path(data.get("results_csv") or "")
+        if results.is_file():
+            key = f"training/jobs/{self.job.pk}/results.csv"
+            storage_put_file(key, results)
+            artifacts["results.csv"] = key
+        self._save_job(artifacts=artifacts)
+
+    def _on_done(self, data: dict, seq: int) -> None:
+        self.outcome.done = data
+
+    def _on_error(self, data: dict, seq: int) -> None:
+        self.outcome.error = data["message"]
+
+    # -- endings
+    def _end_attempt(self, reason: str, message: str = "") -> None:
+        TrainingAttempt.objects.filter(pk=self.attempt.pk).update(
+            ended_at=timezone.now(), end_reason=reason, message=message[:2000]
+        )
+
+    def _cleanup(self) -> None:
+        try:
+            self.redis.delete(
+                stream_key(self.job.pk), control_key(self.job.pk), progress_key(self.job.pk)
+            )
+        except redis.RedisError:
+            logger.warning("job %s: could not remove its Redis keys", self.job.pk)
+
+    def _fail(self, message: str) -> None:
+        self._end_attempt(AttemptEnd.FAILED, message)
+        self._transition(JobState.FAILED, error=message)
+        self._cleanup()
+
+    def _finish(self) -> None:
+        if self.lost_lease:
+            self._end_attempt(AttemptEnd.LOST, "Another attempt took the job over.")
+            return
+        code = self.provider.exit_code(self.handle)
+        if self.canceling:
+            self._end_attempt(AttemptEnd.CANCELED)
+            self._transition(JobState.CANCELED)
+            self._cleanup()
+            self._remove_workdir()
+            return
+        if code == 0 and self.outcome.done is not None:
+            self._succeed(stopped=bool(self.outcome.done.get("stopped")))
+            return
+        if code == 1 and self.outcome.error:
+            self._fail(_readable_error(self.outcome.error))
+            return
+        if code == FENCED:
+            self._end_attempt(AttemptEnd.LOST, "Another attempt owns the job.")
+            return
+        how = f"killed by signal {-code}" if code and code < 0 else f"exit status {code}"
+        self._lost(f"The trainer process ended unexpectedly ({how}).")
+
+    def _lost(self, message: str) -> None:
+        self._end_attempt(AttemptEnd.LOST, message)
+        with transaction.atomic():
+            job = job_locked(self.job.pk)
+            if job.lease_owner != self.worker:
+                return
+            job_lost(job, message)
+        self._cleanup()
+
+    def _succeed(self, *, stopped: bool) -> None:
+        end = self.outcome.train_end or {}
+        best = Path(end["best"]) if end.get("best") else None
+        with transaction.atomic():
+            job = job_locked(self.job.pk)
+            if job.lease_owner != self.worker:
+                return
+            model = None
+            if best is not None and best.is_file():
+                model = _model_create(job, best, end.get("names") or [], self.outcome.final_metrics)
+            state = JobState.STOPPED if stopped else JobState.SUCCEEDED
+            job_transition(job, state, error="" if model else "Stopped before the first epoch.")
+            self.job = job
+        self._end_attempt(AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED)
+        self._cleanup()
+        if not stopped:
+            self._remove_workdir()
+
+    def _remove_workdir(self) -> None:
+        shutil.rmtree(self._workdir(), ignore_errors=True)
+
+
+def _readable_error(message: str) -> str:
+    """Ultralytics' exception text, with a hint where the cause is a common one."""
+    low = message.lower()
+    if "out of memory" in low:
+        return f"The GPU ran out of memory; lower the batch or image size. ({message[:300]})"
+    if "unpickl" in low or "weights_only" in low or "invalid load key" in low:
+        return (
+            f"The weights file could not be loaded; it is not a valid YOLO model. ({message[:300]})"
+        )
+    return message
+
+
+def _model_create(job: TrainingJob, best: Path, names: list, metrics: dict) -> TrainedModel:
+    import hashlib
+
+    model = TrainedModel.objects.create(
+        workspace_id=job.workspace_id,
+        project_id=job.project_id,
+        job=job,
+        name=f"{job.title} · {job.model_name}",
+        task=job.task,
+        architecture=job.model_name,
+        class_names=names,
+        imgsz=job.imgsz,
+        dataset_version_id=job.dataset_version_id,
+        train_args={
+            "epochs": job.epochs,
+            "imgsz": job.imgsz,
+            "batch": job.batch,
+            "patience": job.patience,
+            "optimizer": job.optimizer,
+            "seed": job.seed,
+            "weights": job.weights,
+            **job.extra_args,
+        },
+        metrics=metrics or job.latest_metrics,
+        weights_key="",
+        created_by_id=job.created_by_id,
+    )
+    key = f"models/{model.pk}/best.pt"
+    storage_put_file(key, best)
+    digest = hashlib.sha256()
+    with best.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    model.weights_key = key
+    model.weights_size = best.stat().st_size
+    model.weights_sha256 = digest.hexdigest()
+    model.save(update_fields=["weights_key", "weights_size", "weights_sha256"])
+    return model
+
+
+def job_lost(job: TrainingJob, message: str) -> None:
+    """A (locked) job whose attempt was lost: resume it, or fail it after too many losses."""
+    if job.cancel_requested_at:
+        job_transition(job, JobState.CANCELED)
+    elif job.lost_attempts + 1 >= settings.TRAINING_MAX_ATTEMPTS:
+        job_transition(
+            job,
+            JobState.FAILED,
+            lost_attempts=job.lost_attempts + 1,
+            error=f"The run was lost {job.lost_attempts + 1} times; last: {message}",
+        )
+    else:
+        job_requeue(job, lost=True, error="")
+
+
+def run_job(job_id: int) -> str:
+    """The whole of one attempt; returns a line for the worker's log."""
+    worker = worker_name()
+    try:
+        lease = lease_take(job_id, worker)
+    except LeaseHeld as e:
+        logger.info("not running %s", e)
+        return f"not run: {e}"
+    Supervisor(lease).run()
+    return (
+        f"job {job_id} attempt {lease.attempt.number}: {TrainingJob.objects.get(pk=job_id).state}"
+    )
+
+
+def jobs_reap() -> int:
+    """Resume jobs whose supervisor went silent for three heartbeats (its worker died); re-send
+    queued jobs whose message was lost. Returns how many jobs it touched."""
+    now = timezone.now()
+    silent = now - timedelta(seconds=lease_seconds())
+    touched = 0
+    stale = TrainingJob.objects.filter(state__in=ACTIVE_STATES, heartbeat_at__lt=silent)
+    for job_id in stale.values_list("pk", flat=True):
+        with transaction.atomic():
+            job = job_locked(job_id)
+            if job.state not in ACTIVE_STATES or (job.heartbeat_at and job.heartbeat_at >= silent):
+                continue
+            since = job.heartbeat_at or now
+            message = (
+                f"No heartbeat from {job.lease_owner or 'its worker'} since {since:%H:%M:%S} UTC."
+            )
+            for attempt in TrainingAttempt.objects.filter(job=job, ended_at__isnull=True):
+                attempt.ended_at = since
+                attempt.end_reason = AttemptEnd.LOST
+                attempt.message = message
+                attempt.save(update_fields=["ended_at", "end_reason", "message"])
+                _kill_leftover(attempt)
+            job_lost(job, message)
+            touched += 1
+    forgotten = TrainingJob.objects.filter(
+        state=JobState.QUEUED, queued_at__lt=now - timedelta(minutes=10)
+    )
+    from training.tasks import run_job as run_job_task
+
+    for job_id in forgotten.values_list("pk", flat=True):
+        # Re-sent at most every ten minutes; the lease makes a duplicate message harmless.
+        TrainingJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(queued_at=now)
+        run_job_task.delay(job_id)
+        touched += 1
+    return touched
+
+
+def _kill_leftover(attempt: TrainingAttempt) -> None:
+    """A lost attempt's trainer on this machine dies with its supervisor; make sure."""
+    if attempt.pid and attempt.worker.split(":", 1)[0] == socket.gethostname():
+        from training.providers.base import Machine, TrainerHandle
+        from training.providers.local import LocalProvider
+
+        machine = Machine(provider="local", name="", device="", workdir="")
+        LocalProvider().terminate(TrainerHandle(machine=machine, pid=attempt.pid), force=True)
