@@ -530,19 +530,20 @@ def _readable_error(message: str) -> str:
 
 
 def _model_create(job: TrainingJob, best: Path, names: list, metrics: dict) -> TrainedModel:
+    """The job's model from its final best.pt. A stopped job resumed to the end keeps its one
+    model row, now with the final weights."""
     import hashlib
 
-    model = TrainedModel.objects.create(
-        workspace_id=job.workspace_id,
-        project_id=job.project_id,
-        job=job,
-        name=f"{job.title} · {job.model_name}",
-        task=job.task,
-        architecture=job.model_name,
-        class_names=names,
-        imgsz=job.imgsz,
-        dataset_version_id=job.dataset_version_id,
-        train_args={
+    fields = {
+        "workspace_id": job.workspace_id,
+        "project_id": job.project_id,
+        "name": f"{job.title} · {job.model_name}",
+        "task": job.task,
+        "architecture": job.model_name,
+        "class_names": names,
+        "imgsz": job.imgsz,
+        "dataset_version_id": job.dataset_version_id,
+        "train_args": {
             "epochs": job.epochs,
             "imgsz": job.imgsz,
             "batch": job.batch,
@@ -552,19 +553,19 @@ def _model_create(job: TrainingJob, best: Path, names: list, metrics: dict) -> T
             "weights": job.weights,
             **job.extra_args,
         },
-        metrics=metrics or job.latest_metrics,
-        weights_key="",
-        created_by_id=job.created_by_id,
-    )
-    key = f"models/{model.pk}/best.pt"
-    storage_put_file(key, best)
+        "metrics": metrics or job.latest_metrics,
+        "created_by_id": job.created_by_id,
+    }
+    model, _ = TrainedModel.objects.update_or_create(job=job, defaults=fields)
     digest = hashlib.sha256()
     with best.open("rb") as f:
         while block := f.read(1 << 20):
             digest.update(block)
-    model.weights_key = key
-    model.weights_size = best.stat().st_size
     model.weights_sha256 = digest.hexdigest()
+    # Content-addressed key: a deployment of the earlier weights keeps reading those bytes.
+    model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
+    model.weights_size = best.stat().st_size
+    storage_put_file(model.weights_key, best)
     model.save(update_fields=["weights_key", "weights_size", "weights_sha256"])
     return model
 

@@ -1,10 +1,13 @@
 """The training engine end to end: real Celery workers, Redis streams, Ultralytics training of
 yolo11n from its YAML at imgsz 64 on real images, PostgreSQL for everything that lasts."""
 
+import os
+import signal
+
 import pytest
 from django.core.files.storage import default_storage
 
-from tests.training.conftest import wait_state
+from tests.training.conftest import job_reload, wait_for, wait_state
 from training.models import (
     AttemptEnd,
     EpochMetric,
@@ -15,6 +18,7 @@ from training.models import (
 )
 from training.services.arguments import TrainParams
 from training.services.jobs import job_submit
+from training.supervisor import jobs_reap
 from workspaces.selectors import workspace_access_for_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,3 +67,146 @@ def test_a_job_trains_through_a_real_worker_and_makes_a_model(
     assert "results.png" in job.artifacts
     attempt = job.attempt_rows.get()
     assert attempt.end_reason == AttemptEnd.FINISHED and attempt.ended_at is not None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (killed, not yet reaped by its parent) is not running.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _after_first_checkpoint(job):
+    return wait_for(
+        lambda: (j := job_reload(job)).checkpoint_epoch and j.state == JobState.RUNNING and j,
+        what="the first checkpoint",
+    )
+
+
+def _assert_resumed_whole(job, epochs: int, attempts: int):
+    assert job.state == JobState.SUCCEEDED, job.error
+    history = list(EpochMetric.objects.filter(job=job).order_by("epoch"))
+    assert [m.epoch for m in history] == list(range(1, epochs + 1))  # each epoch exactly once
+    rows = list(job.attempt_rows.order_by("number"))
+    assert len(rows) == attempts
+    assert rows[0].end_reason == AttemptEnd.LOST and rows[-1].end_reason == AttemptEnd.FINISHED
+    for earlier, later in zip(rows, rows[1:], strict=False):
+        assert earlier.ended_at <= later.started_at  # never two at once
+    assert rows[-1].resumed_from_epoch and rows[-1].resumed_from_epoch >= 1
+    # The resumed attempt trained only the epochs after its checkpoint.
+    assert {m.attempt for m in history if m.epoch <= rows[-1].resumed_from_epoch} == {1}
+    assert {m.attempt for m in history if m.epoch > rows[-1].resumed_from_epoch} == {attempts}
+    assert TrainedModel.objects.filter(job=job).exists()
+
+
+def test_killing_the_trainer_resumes_from_the_checkpoint(
+    team, project, detect_version, gpu_local, workers
+):
+    job = submit(team, project, detect_version, gpu_local, epochs=12)
+    workers.start()
+    job = _after_first_checkpoint(job)
+    pid = job.attempt_rows.get(number=1).pid
+    os.kill(pid, signal.SIGKILL)
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    _assert_resumed_whole(job, 12, 2)
+    assert "signal 9" in job.attempt_rows.get(number=1).message
+
+
+def test_killing_the_worker_is_reaped_and_resumed_by_another(
+    team, project, detect_version, gpu_local, workers
+):
+    job = submit(team, project, detect_version, gpu_local, epochs=12)
+    first = workers.start()
+    job = _after_first_checkpoint(job)
+    trainer = job.attempt_rows.get(number=1).pid
+    workers.kill(first)
+    wait_for(lambda: not _alive(trainer), timeout=20, what="the trainer to die with its worker")
+    # The reaper acts once three heartbeats are missed (1 s each in tests).
+    wait_for(lambda: jobs_reap() > 0, timeout=30, every=0.5, what="the reaper")
+    assert job_reload(job).state == JobState.QUEUED
+    workers.start()
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    _assert_resumed_whole(job, 12, 2)
+    assert "No heartbeat" in job.attempt_rows.get(number=1).message
+
+
+def test_two_workers_get_the_same_job_and_only_one_runs_it(
+    team, project, detect_version, gpu_local, workers
+):
+    from training.tasks import run_job
+
+    job = submit(team, project, detect_version, gpu_local, epochs=2)
+    run_job.delay(job.pk)  # a second message for the same job
+    workers.start()
+    workers.start()
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert job.attempt_rows.count() == 1
+
+
+def test_a_held_lease_turns_the_second_runner_away(team, project, detect_version, gpu_local):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from training.supervisor import run_job
+
+    job = submit(team, project, detect_version, gpu_local)
+    TrainingJob.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING,
+        lease_owner="other-host:1:abc",
+        lease_until=timezone.now() + timedelta(minutes=1),
+    )
+    result = run_job(job.pk)
+    assert "lease is held by other-host:1:abc" in result
+    assert job.attempt_rows.count() == 0
+    assert job_reload(job).state == JobState.RUNNING
+
+
+def test_stop_keeps_best_and_last_and_resume_finishes_the_run(
+    team, project, detect_version, gpu_local, workers
+):
+    from training.services.jobs import job_resume, job_stop
+
+    access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
+    job = submit(team, project, detect_version, gpu_local, epochs=12)
+    workers.start()
+    job = _after_first_checkpoint(job)
+    job_stop(access=access, job=job)
+    job = wait_state(job, JobState.STOPPED, JobState.FAILED, JobState.SUCCEEDED)
+    assert job.state == JobState.STOPPED, job.error
+    assert 1 <= job.checkpoint_epoch < 12
+    assert default_storage.exists(job.checkpoint_key) and default_storage.exists(job.best_key)
+    model = TrainedModel.objects.get(job=job)
+    assert default_storage.exists(model.weights_key)
+    assert job.attempt_rows.get().end_reason == AttemptEnd.STOPPED
+
+    stopped_at = job.checkpoint_epoch
+    job_resume(access=access, job=job)
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert [m.epoch for m in EpochMetric.objects.filter(job=job)] == list(range(1, 13))
+    assert job.attempt_rows.get(number=2).resumed_from_epoch == stopped_at
+    assert TrainedModel.objects.filter(job=job).count() == 1
+
+
+def test_cancel_kills_the_trainer_at_once(team, project, detect_version, gpu_local, workers):
+    from training.services.jobs import job_cancel
+
+    access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
+    job = submit(team, project, detect_version, gpu_local, epochs=50)
+    workers.start()
+    job = _after_first_checkpoint(job)
+    pid = job.attempt_rows.get().pid
+    job_cancel(access=access, job=job)
+    job = wait_state(job, JobState.CANCELED, timeout=30)
+    assert not _alive(pid)
+    assert not TrainedModel.objects.filter(job=job).exists()
+    assert job.attempt_rows.get().end_reason == AttemptEnd.CANCELED
+    assert job.epochs_done < 50

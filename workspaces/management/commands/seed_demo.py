@@ -5,6 +5,7 @@ from django.db import transaction
 
 from billing.services import plans_seed
 from datasets.services.demo import demo_dataset_seed
+from training.services.catalog import gpu_catalog_seed
 from workspaces.models import Role, User, Workspace
 from workspaces.services import workspace_create_personal, workspace_create_team
 
@@ -19,6 +20,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         plans = plans_seed()
         self.stdout.write(f"Plans: {', '.join(p.name for p in plans)}")
+        gpu_catalog_seed()
         admin = User.objects.filter(email=ADMIN_EMAIL).first()
         if admin is None:
             password = secrets.token_urlsafe(12)

@@ -1,0 +1,58 @@
+from django.contrib import admin
+
+from training.models import GpuType, TrainedModel, TrainingJob
+
+
+@admin.register(GpuType)
+class GpuTypeAdmin(admin.ModelAdmin):
+    list_display = ["name", "provider", "vram_gb", "hourly_price", "is_active", "sort_order"]
+    list_editable = ["hourly_price", "is_active"]
+    list_filter = ["provider", "is_active"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    filter_horizontal = ["plans"]
+
+
+def _read_only_except(model, *editable: str) -> list[str]:
+    return [f.name for f in model._meta.get_fields() if f.concrete and f.name not in editable]
+
+
+@admin.register(TrainingJob)
+class TrainingJobAdmin(admin.ModelAdmin):
+    """Jobs are started, stopped and resumed by services (credits, leases); here they are read."""
+
+    list_display = ["title", "workspace", "task", "model_name", "gpu_type", "state", "created_at"]
+    list_filter = ["state", "task", "gpu_type"]
+    list_select_related = ["workspace", "gpu_type"]
+    search_fields = ["name", "workspace__slug"]
+    date_hierarchy = "created_at"
+    raw_id_fields = [
+        "workspace",
+        "project",
+        "dataset_version",
+        "gpu_type",
+        "created_by",
+        "base_model",
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return _read_only_except(TrainingJob, "name")
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(TrainedModel)
+class TrainedModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "workspace", "task", "architecture", "imgsz", "created_at"]
+    list_filter = ["task", "architecture"]
+    list_select_related = ["workspace"]
+    search_fields = ["name", "workspace__slug"]
+    date_hierarchy = "created_at"
+    raw_id_fields = ["workspace", "project", "job", "dataset_version", "created_by"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return _read_only_except(TrainedModel, "name")
+
+    def has_add_permission(self, request):
+        return False
