@@ -18,6 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
+from training.weights_check import UnsafeWeights, weights_check
+
 FENCED = 75
 BATCH_EVENTS_PER_SECOND = 4
 CONTROL_CHECK_SECONDS = 0.5
@@ -327,6 +329,9 @@ def run(spec: dict) -> int:
     callbacks = None
     try:
         events.emit("started", {"pid": os.getpid(), "resume": spec.get("resume")})
+        for weights in (spec.get("resume"), spec.get("model")):
+            if weights and str(weights).endswith(".pt") and Path(weights).is_file():
+                weights_check(Path(weights))  # before anything unpickles it
         from ultralytics import YOLO
 
         if spec.get("resume"):
@@ -345,6 +350,12 @@ def run(spec: dict) -> int:
             callbacks = Callbacks(spec, events)
             callbacks.register(model)
             model.train(**spec["train_args"])
+    except UnsafeWeights as e:
+        print(f"Kestrel: weights refused: {e}")
+        events.emit("error", {"message": f"The weights file was refused: {e}."})
+        stdout.flush()
+        stderr.flush()
+        return 1
     except BaseException as e:  # noqa: BLE001 - every failure becomes a readable reason
         traceback.print_exc()
         message = f"{type(e).__name__}: {e}".strip()

@@ -210,3 +210,89 @@ def test_cancel_kills_the_trainer_at_once(team, project, detect_version, gpu_loc
     assert not TrainedModel.objects.filter(job=job).exists()
     assert job.attempt_rows.get().end_reason == AttemptEnd.CANCELED
     assert job.epochs_done < 50
+
+
+@pytest.mark.parametrize("task", ["segment", "classify"])
+def test_segment_and_classify_jobs_train_too(task, team, project, gpu_local, workers, tmp_path):
+    from tests.training.conftest import SHARED, single_class_copy, version_of
+
+    if task == "segment":
+        folder = single_class_copy(SHARED / "coco8-seg", tmp_path / "seg")
+    else:
+        folder = SHARED / "imagenet10"
+    version = version_of(
+        user=team.owner, workspace=team.workspace, folder=folder, task=task, name=task
+    )
+    job = submit(team, project, version, gpu_local, epochs=1)
+    workers.start()
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED)
+    assert job.state == JobState.SUCCEEDED, job.error
+    metric = EpochMetric.objects.get(job=job, epoch=1).values
+    key = "metrics/mAP50(M)" if task == "segment" else "metrics/accuracy_top1"
+    assert key in metric
+    model = TrainedModel.objects.get(job=job)
+    assert model.task == task
+    assert model.architecture == {"segment": "yolo11n-seg", "classify": "yolo11n-cls"}[task]
+    if task == "classify":
+        assert len(model.class_names) == 10
+
+
+def _checkpoint_zip(pickled: bytes) -> bytes:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr("archive/data.pkl", pickled)
+        zf.writestr("archive/version", "3\n")
+    return out.getvalue()
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("kind", ["hostile", "unpicklable"])
+def test_uploaded_weights_that_are_hostile_or_broken_fail_with_a_reason(
+    kind, team, project, detect_version, gpu_local, workers, tmp_path
+):
+    import pickle
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from training.services.models import model_upload
+
+    marker = tmp_path / "pwned"
+    pickled = pickle.dumps(_Payload(marker), protocol=4) if kind == "hostile" else b"\x80\x04junk"
+    access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
+    upload = SimpleUploadedFile("model.pt", _checkpoint_zip(pickled))
+    base = model_upload(access=access, project=project, name="mine", task="detect", upload=upload)
+    job = job_submit(
+        access=access,
+        project=project,
+        version=detect_version,
+        gpu_type_id=gpu_local.pk,
+        params=TrainParams(
+            task="detect",
+            model_family="yolo11",
+            model_size="n",
+            weights="model",
+            epochs=1,
+            imgsz=64,
+            batch=2,
+        ),
+        base_model=base,
+    )
+    workers.start()
+    job = wait_state(job, JobState.FAILED, JobState.SUCCEEDED)
+    assert job.state == JobState.FAILED
+    if kind == "hostile":
+        assert "would call posix.system" in job.error and "not loaded" in job.error
+    else:
+        assert "pickle is damaged" in job.error
+    assert not marker.exists()  # nothing in it ran, anywhere
+    assert job.attempt_rows.get().end_reason == AttemptEnd.FAILED

@@ -1,0 +1,191 @@
+"""Everything refused at submit, before a machine is paid for: each with a reason a person can
+act on, and no job row left behind."""
+
+import pytest
+from django.core.exceptions import PermissionDenied
+
+from datasets.models import Label
+from datasets.services.versions import version_create
+from tests.training.conftest import SHARED, single_class_copy, version_of
+from training.models import GpuType, JobState, TrainedModel, TrainingJob
+from training.services.arguments import TrainParams
+from training.services.jobs import job_cancel, job_resume, job_stop, job_submit
+from workspaces.selectors import workspace_access_for_user
+from workspaces.services import ServiceError
+
+pytestmark = pytest.mark.django_db
+
+
+def params(task="detect", **kw) -> TrainParams:
+    base = dict(
+        task=task,
+        model_family="yolo11",
+        model_size="n",
+        weights="scratch",
+        epochs=3,
+        imgsz=64,
+        batch=2,
+        patience=100,
+        optimizer="auto",
+        seed=0,
+        extra_args={},
+    )
+    return TrainParams(**{**base, **kw})
+
+
+def access_of(team, role="editor"):
+    return workspace_access_for_user(user=getattr(team, role), slug=team.workspace.slug)
+
+
+def refused(team, project, version, gpu, p, match: str, **kw):
+    with pytest.raises(ServiceError, match=match):
+        job_submit(
+            access=access_of(team),
+            project=project,
+            version=version,
+            gpu_type_id=gpu.pk,
+            params=p,
+            **kw,
+        )
+    assert not TrainingJob.objects.exists()
+
+
+def test_a_good_submit_queues_the_job(team, project, detect_version, gpu_local):
+    job = job_submit(
+        access=access_of(team),
+        project=project,
+        version=detect_version,
+        gpu_type_id=gpu_local.pk,
+        params=params(),
+    )
+    assert job.state == JobState.QUEUED and job.queued_at is not None
+    assert job.model_name == "yolo11n" and job.device.startswith("CPU")
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"epochs": 0}, "Epochs must be at least 1"),
+        ({"imgsz": 100}, "multiple of 32"),
+        ({"batch": 8}, "larger than the 4 training images"),
+        ({"task": "segment"}, "is a detect dataset; it cannot train a segment"),
+        ({"extra_args": {"lr0": "fast"}}, "lr0"),
+    ],
+)
+def test_bad_arguments_are_refused(team, project, detect_version, gpu_local, change, match):
+    refused(team, project, detect_version, gpu_local, params(**change), match)
+
+
+def test_a_version_with_no_labels_is_refused(team, project, detect_version, gpu_local):
+    Label.objects.filter(image__dataset=detect_version.dataset).delete()
+    empty = version_create(access=access_of(team), dataset=detect_version.dataset)
+    refused(team, project, empty, gpu_local, params(), "has no labels")
+
+
+def test_a_class_missing_from_val_is_refused(team, project, gpu_local):
+    # coco8 as it is: its train classes (giraffe, zebra, ...) never appear in val.
+    version = version_of(
+        user=team.owner,
+        workspace=team.workspace,
+        folder=SHARED / "coco8",
+        task="detect",
+        name="coco8 raw",
+    )
+    refused(team, project, version, gpu_local, params(), "no labels in val")
+
+
+def test_a_version_without_val_is_refused(team, project, gpu_local, tmp_path):
+    folder = single_class_copy(SHARED / "coco8", tmp_path / "c")
+    for image in (folder / "images" / "val").iterdir():
+        image.rename(folder / "images" / "train" / image.name)
+    for label in (folder / "labels" / "val").iterdir():
+        label.rename(folder / "labels" / "train" / label.name)
+    version = version_of(
+        user=team.owner, workspace=team.workspace, folder=folder, task="detect", name="noval"
+    )
+    refused(team, project, version, gpu_local, params(), "no validation images")
+
+
+def test_fine_tuning_a_model_of_another_task_is_refused(team, project, detect_version, gpu_local):
+    other = TrainedModel.objects.create(
+        workspace=team.workspace,
+        project=project,
+        name="seg",
+        task="segment",
+        architecture="yolo11n-seg",
+        imgsz=64,
+        weights_key="models/x.pt",
+    )
+    refused(
+        team,
+        project,
+        detect_version,
+        gpu_local,
+        params(weights="model"),
+        "segment model; it cannot be fine-tuned",
+        base_model=other,
+    )
+
+
+def test_pretrained_weights_missing_offline_are_refused(team, project, detect_version, gpu_local):
+    refused(team, project, detect_version, gpu_local, params(weights="pretrained"), "yolo11n.pt")
+
+
+def test_a_machine_whose_provider_is_not_configured_is_refused(team, project, detect_version):
+    from training.services.catalog import gpu_catalog_seed
+
+    gpu_catalog_seed()
+    h100 = GpuType.objects.get(slug__contains="h100")
+    refused(team, project, detect_version, h100, params(), "not configured")
+
+
+def test_a_workspace_blocking_unhealthy_datasets_refuses(team, project, detect_version, gpu_local):
+    from datasets.models import DatasetVersion
+
+    team.workspace.block_training_on_dataset_errors = True
+    team.workspace.save()
+    version = DatasetVersion.objects.get(pk=detect_version.pk)
+    refused(team, project, version, gpu_local, params(), "health check has not run")
+
+
+def test_a_viewer_cannot_train(team, project, detect_version, gpu_local):
+    with pytest.raises(PermissionDenied):
+        job_submit(
+            access=access_of(team, "viewer"),
+            project=project,
+            version=detect_version,
+            gpu_type_id=gpu_local.pk,
+            params=params(),
+        )
+
+
+def test_a_quick_test_run_is_two_epochs_on_a_subset(team, project, detect_version, gpu_local):
+    job = job_submit(
+        access=access_of(team),
+        project=project,
+        version=detect_version,
+        gpu_type_id=gpu_local.pk,
+        params=params(epochs=300, batch=4),
+        quick_test=True,
+    )
+    assert job.is_quick_test and job.epochs == 2 and job.name == "Quick test"
+
+
+def test_stop_cancel_and_resume_follow_the_state_machine(team, project, detect_version, gpu_local):
+    access = access_of(team)
+    job = job_submit(
+        access=access,
+        project=project,
+        version=detect_version,
+        gpu_type_id=gpu_local.pk,
+        params=params(),
+    )
+    job = job_stop(access=access, job=job)
+    assert job.state == JobState.CANCELED  # nothing ran: nothing to keep
+    with pytest.raises(ServiceError, match="already ended"):
+        job_cancel(access=access, job=job)
+    with pytest.raises(ServiceError, match="Only a stopped or failed job"):
+        job_resume(access=access, job=job)
+    TrainingJob.objects.filter(pk=job.pk).update(state=JobState.STOPPED, checkpoint_epoch=1)
+    job = job_resume(access=access, job=TrainingJob.objects.get(pk=job.pk))
+    assert job.state == JobState.QUEUED and job.lost_attempts == 0

@@ -1,0 +1,67 @@
+"""Trained models: the ones jobs make, and weights a person uploads to fine-tune from."""
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+
+from datasets.models import Task
+from datasets.services.ingest import display_name
+from training.models import TrainedModel
+from training.supervisor import storage_put_file
+from workspaces.models import Project
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+
+MAX_WEIGHTS_BYTES = 2 * 1024**3
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+@transaction.atomic
+def model_upload(
+    *, access: WorkspaceAccess, project: Project, name: str, task: str, upload: UploadedFile
+) -> TrainedModel:
+    """Keep an uploaded .pt to fine-tune from. It is never loaded here: only the trainer process
+    opens it, after checking what its pickle would import."""
+    access.require(Perm.TRAIN)
+    if project.workspace_id != access.workspace.pk:
+        raise ServiceError("This project belongs to another workspace.")
+    if task not in Task.values:
+        raise ServiceError(f"Pick the task the weights were trained for, not “{task[:20]}”.")
+    filename = display_name(upload.name or "weights.pt")
+    if not filename.lower().endswith(".pt"):
+        raise ServiceError(f"{filename} is not a .pt file.")
+    if upload.size > MAX_WEIGHTS_BYTES:
+        raise ServiceError(f"{filename} is larger than {MAX_WEIGHTS_BYTES // 1024**3} GB.")
+    digest = hashlib.sha256()
+    with tempfile.NamedTemporaryFile(suffix=".pt") as tmp:
+        head = b""
+        for chunk in upload.chunks():
+            head = head or chunk[:4]
+            digest.update(chunk)
+            tmp.write(chunk)
+        tmp.flush()
+        if head != ZIP_MAGIC:
+            raise ServiceError(
+                f"{filename} is not a PyTorch checkpoint (a .pt saved by torch.save is a zip file)."
+            )
+        model = TrainedModel.objects.create(
+            workspace=access.workspace,
+            project=project,
+            name=(name.strip() or filename)[:100],
+            task=task,
+            architecture="uploaded",
+            imgsz=640,
+            train_args={"source": "upload", "filename": filename},
+            weights_key="",
+            weights_size=upload.size,
+            weights_sha256=digest.hexdigest(),
+            created_by=access.user,
+        )
+        model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
+        storage_put_file(model.weights_key, Path(tmp.name))
+    model.save(update_fields=["weights_key"])
+    return model
