@@ -6,6 +6,7 @@ from ninja.security import django_auth
 from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
+from training.api import router as training_router
 from workspaces.api import ApiKeyAuth
 from workspaces.api import router as workspaces_router
 from workspaces.services import ServiceError
@@ -24,6 +25,7 @@ api.add_router("/", workspaces_router)
 api.add_router("/", datasets_router)
 api.add_router("/", uploads_router)
 api.add_router("/", versions_router)
+api.add_router("/", training_router)
 
 
 @api.exception_handler(PermissionDenied)

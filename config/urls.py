@@ -11,6 +11,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
+    path("", include("training.views")),
 ]
 if settings.DEBUG:
     urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)

@@ -52,8 +52,13 @@ $PY manage.py seed_demo
 
 .venv/bin/uvicorn config.asgi:application --host "$HOST" --port "$PORT" --log-level warning &
 pids+=($!)
-.venv/bin/celery -A config worker -Q default,training --concurrency 2 --loglevel INFO \
+.venv/bin/celery -A config worker -Q default --concurrency 2 --loglevel INFO \
   >var/log/worker.log 2>&1 &
+pids+=($!)
+# Training jobs one at a time on this machine, in a worker of their own: a long run never
+# holds up imports and thumbnails.
+.venv/bin/celery -A config worker -Q training --concurrency 1 --hostname "training@%h" \
+  --loglevel INFO >var/log/training.log 2>&1 &
 pids+=($!)
 .venv/bin/celery -A config beat --schedule var/celerybeat-schedule --loglevel INFO \
   >var/log/beat.log 2>&1 &
@@ -64,5 +69,5 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 echo
-echo "Kestrel is running at http://$HOST:$PORT/  (worker and beat logs in var/log/; Ctrl-C stops all)"
+echo "Kestrel is running at http://$HOST:$PORT/  (worker, training and beat logs in var/log/; Ctrl-C stops all)"
 wait -n "${pids[@]}" || true

@@ -97,7 +97,8 @@ class ApiRow:
     min_role: str
     scope: str
     ok: int
-    body: dict | None = None
+    body: dict | None = None  # values may name context objects ("@name"), as Row's do
+    ids: dict = field(default_factory=dict)  # path ids for this row, e.g. {"job_id": "@job"}
 
 
 def _area_rows(name: str) -> list:
@@ -211,7 +212,7 @@ def ctx(team, stranger):
         workspace=Membership.objects.get(user=stranger).workspace, name="Open", is_public=True
     )
     ImageFactory(dataset=public)
-    return {
+    values = {
         "version": version.number,
         "public_dataset": public.pk,
         "dataset": dataset.pk,
@@ -227,6 +228,10 @@ def ctx(team, stranger):
         "editor_membership": Membership.objects.get(user=team.editor).pk,
         "viewer_membership": Membership.objects.get(user=team.viewer).pk,
     }
+    # Areas add their own objects: tests/<app>/authz_*.py may list CTX = [fn(values) -> dict].
+    for extend in _area_rows("CTX"):
+        values.update(extend(values))
+    return values
 
 
 def _resolve(values: dict, ctx: dict) -> dict:
@@ -314,10 +319,11 @@ def test_api_operation(row: ApiRow, actor: str, ctx):
         key_id=ctx["api_key"],
         dataset_id=ctx["dataset"],
         import_id=ctx["import"],
+        **_resolve(row.ids, ctx),
     )
     client = _api_client(actor, row, ctx)
     kwargs = {"content_type": "application/json"} if row.body is not None else {}
-    args = (row.body,) if row.body is not None else ()
+    args = (_resolve(row.body, ctx),) if row.body is not None else ()
     response = getattr(client, row.method)(path, *args, **kwargs)
     expected = _api_expected(row, actor)
     if row.path == "/api/v1/workspaces" and expected == 404:

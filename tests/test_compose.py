@@ -149,7 +149,11 @@ def test_commands(services):
     ), web
     worker = command_words(services["worker"])
     assert worker[:4] == ["celery", "-A", "config", "worker"]
-    assert worker[worker.index("-Q") + 1] == "default,training"
+    assert worker[worker.index("-Q") + 1] == "default"
+    trainer = command_words(services["trainer"])
+    assert trainer[:4] == ["celery", "-A", "config", "worker"]
+    assert trainer[trainer.index("-Q") + 1] == "training"
+    assert trainer[trainer.index("--concurrency") + 1] == "1"
     assert command_words(services["beat"])[:4] == ["celery", "-A", "config", "beat"]
     gpu = command_words(services["gpu-worker"])
     assert gpu[:4] == ["celery", "-A", "config", "worker"]

@@ -73,7 +73,7 @@ class TrainingJob(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="jobs")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
     dataset_version = models.ForeignKey(
-        DatasetVersion, on_delete=models.PROTECT, related_name="jobs"
+        DatasetVersion, on_delete=models.RESTRICT, related_name="jobs"
     )
     gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="jobs")
     created_by = models.ForeignKey(
@@ -257,7 +257,7 @@ class TrainedModel(models.Model):
     class_names = models.JSONField(default=list)
     imgsz = models.PositiveIntegerField()
     dataset_version = models.ForeignKey(
-        DatasetVersion, on_delete=models.PROTECT, null=True, blank=True, related_name="models"
+        DatasetVersion, on_delete=models.RESTRICT, null=True, blank=True, related_name="models"
     )
     train_args = models.JSONField(default=dict)
     metrics = models.JSONField(default=dict)

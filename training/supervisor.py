@@ -39,6 +39,7 @@ from training.models import (
 from training.providers import ProviderError, provider_for
 from training.runner import FENCED
 from training.services.arguments import model_yaml_name, pretrained_weights
+from training.services.catalog import local_type_refresh
 from training.services.jobs import (
     QUICK_TEST_TRAIN_IMAGES,
     QUICK_TEST_VAL_IMAGES,
@@ -235,6 +236,8 @@ class Supervisor:
         job = self.job
         self.provider = provider_for(job.gpu_type.provider)
         self.machine = self.provider.provision(job_id=job.pk, gpu_slug=job.gpu_type.slug)
+        if self.machine.provider == "local":
+            local_type_refresh()
         if not self._transition(JobState.PREPARING, device=self.machine.name):
             return
         workdir = self._workdir()
@@ -338,7 +341,6 @@ class Supervisor:
         last_id = "0-0"
         beat_every = settings.TRAINING_HEARTBEAT_SECONDS
         last_beat = 0.0
-        ended_at = None
         while True:
             if time.monotonic() - last_beat >= beat_every:
                 last_beat = time.monotonic()
@@ -346,14 +348,21 @@ class Supervisor:
                 if self.lost_lease:  # another attempt owns the job: end ours, touch nothing
                     self.provider.terminate(self.handle, force=True)
                     return
-            block = 200 if ended_at else int(min(1000, beat_every * 500))
-            for _, entries in self.redis.xread({key: last_id}, count=500, block=block) or []:
+            if self.outcome.done is not None or self.outcome.error:
+                # The trainer said its last word; it is exiting. Look often, not every second.
+                block, exited = 50, self.provider.exit_code(self.handle) is not None
+            else:
+                block, exited = int(min(1000, beat_every * 500)), False
+            if not exited:
+                exited = self.provider.exit_code(self.handle) is not None
+            # After the exit, everything it wrote is in the stream: one read without waiting.
+            for _, entries in (
+                self.redis.xread({key: last_id}, count=500, block=None if exited else block) or []
+            ):
                 for entry_id, fields in entries:
                     last_id = entry_id
                     self._handle(fields)
-            if ended_at is None and self.provider.exit_code(self.handle) is not None:
-                ended_at = time.monotonic()  # read what it wrote last, then stop
-            elif ended_at is not None and time.monotonic() - ended_at > 1.0:
+            if exited and not self.redis.xread({key: last_id}, count=1):
                 return
 
     def _handle(self, fields: dict) -> None:

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from training import selectors as training_selectors
 from workspaces import selectors, services
 from workspaces.decorators import workspace_view
 from workspaces.forms import (
@@ -30,6 +31,7 @@ from workspaces.selectors import WorkspaceAccess
 from workspaces.services import ServiceError
 
 PAGE_SIZE = 25
+PROJECT_JOBS = 10  # the latest runs and models on a project's page; the rest under Training
 
 
 class HtmxHttpRequest(HttpRequest):  # for type hints, as django-htmx recommends
@@ -320,7 +322,18 @@ def project_create(request, access: WorkspaceAccess) -> HttpResponse:
 @workspace_view(Perm.READ)
 def project_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     project = selectors.project_get(workspace=access.workspace, pk=pk)
-    return render(request, "workspaces/project_detail.html", {"access": access, "project": project})
+    jobs = training_selectors.job_list(workspace=access.workspace).filter(project=project)
+    models = training_selectors.model_list(workspace=access.workspace).filter(project=project)
+    return render(
+        request,
+        "workspaces/project_detail.html",
+        {
+            "access": access,
+            "project": project,
+            "jobs": jobs[:PROJECT_JOBS],
+            "models": models[:PROJECT_JOBS],
+        },
+    )
 
 
 @workspace_view(Perm.WRITE)

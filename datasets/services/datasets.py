@@ -2,9 +2,9 @@
 
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef, Q
 
-from datasets.models import Blob, Dataset, DatasetClass, Image, Task
+from datasets.models import Blob, Dataset, DatasetClass, DatasetVersion, Image, Task
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 from workspaces.services import ServiceError
@@ -86,6 +86,20 @@ def dataset_delete(*, access: WorkspaceAccess, dataset: Dataset, confirm_name: s
     access.require(Perm.WRITE)
     if confirm_name.strip() != dataset.name:
         raise ServiceError(f"Type the dataset name “{dataset.name}” to confirm.")
+    trained = (
+        DatasetVersion.objects.filter(dataset=dataset)
+        .filter(Q(jobs__isnull=False) | Q(models__isnull=False))
+        .order_by("number")
+        .values_list("number", flat=True)
+        .distinct()
+    )
+    if trained:
+        numbers = ", ".join(f"v{n}" for n in trained[:5])
+        raise ServiceError(
+            f"“{dataset.name}” cannot be deleted: training jobs or models were made from its "
+            f"versions ({numbers}), and they keep the exact data they came from. Delete those "
+            "jobs' project first."
+        )
     dataset.delete()
 
 

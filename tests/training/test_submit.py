@@ -189,3 +189,28 @@ def test_stop_cancel_and_resume_follow_the_state_machine(team, project, detect_v
     TrainingJob.objects.filter(pk=job.pk).update(state=JobState.STOPPED, checkpoint_epoch=1)
     job = job_resume(access=access, job=TrainingJob.objects.get(pk=job.pk))
     assert job.state == JobState.QUEUED and job.lost_attempts == 0
+
+
+def test_a_dataset_that_trained_a_job_cannot_be_deleted_but_its_workspace_can(
+    team, project, detect_version, gpu_local
+):
+    from datasets.models import Dataset
+    from datasets.services.datasets import dataset_delete
+    from workspaces.models import Workspace
+
+    access = access_of(team, "owner")
+    job_submit(
+        access=access,
+        project=project,
+        version=detect_version,
+        gpu_type_id=gpu_local.pk,
+        params=params(),
+    )
+    dataset = detect_version.dataset
+    with pytest.raises(
+        ServiceError, match=r"training jobs or models were made from its versions \(v1\)"
+    ):
+        dataset_delete(access=access, dataset=dataset, confirm_name=dataset.name)
+    assert Dataset.objects.filter(pk=dataset.pk).exists()
+    Workspace.objects.filter(pk=team.workspace.pk).delete()  # everything in it goes together
+    assert not TrainingJob.objects.exists()

@@ -329,3 +329,9 @@ def gpu_pick(*, workspace: Workspace, gpu_id: int | str | None) -> GpuType:
                 raise ServiceError(choice.reason)
             return choice.gpu
     raise ServiceError("Pick a machine from the list.")
+
+
+def local_type_refresh() -> None:
+    """Called where trainers run: "This machine" then names the hardware jobs really get
+    (the web server that seeded it may be another machine)."""
+    GpuType.objects.filter(slug=LOCAL_SLUG).update(**_local_fields())

@@ -1,0 +1,124 @@
+"""Starting a training run as a person does: from the project page, through the form, to the job
+page, which keeps itself up to date over htmx; then canceling it after a confirmation.
+
+No worker listens on this suite's training queue, so the job stays queued until canceled.
+"""
+
+import re
+
+import pytest
+from django.core.cache import cache
+
+from tests.training.conftest import detect_version, gpu_local, project  # noqa: F401 (fixtures)
+from tests.training.factories import finished_job
+from tests.workspaces.factories import PASSWORD
+from training.models import JobState, TrainingJob
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _log_in(page, email: str) -> None:
+    page.goto("/accounts/login/")
+    page.fill("input[name=login]", email)
+    page.fill("input[name=password]", PASSWORD)
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
+
+
+def test_quick_test_run_from_the_project_page(
+    new_page,
+    screenshot,
+    browser_problems,
+    live_server,
+    team,
+    project,  # noqa: F811 (the training fixtures imported above)
+    detect_version,  # noqa: F811
+    gpu_local,  # noqa: F811
+):
+    cache.clear()
+    page = new_page("editor")
+    _log_in(page, team.editor.email)
+
+    page.goto(f"/w/acme/projects/{project.pk}/")
+    assert "No runs yet" in page.inner_text("[data-testid=project-jobs]")
+    assert page.locator("nav.mainnav a", has_text="Training").count() == 1
+    screenshot(page, "project")
+    with page.expect_navigation():
+        page.click("[data-testid=train-button]")
+
+    # The form: this machine can be picked; a cloud GPU is shown, disabled, with the reason.
+    assert page.url.endswith(f"/projects/{project.pk}/train/")
+    assert page.locator("[data-testid=machine-local] input").is_checked()
+    h200 = page.locator("[data-testid=machine-h200]")
+    assert h200.locator("input").is_disabled()
+    assert "not configured on this server" in h200.inner_text()
+    assert "coco8 v1" in page.locator("select[name=dataset_version] option").first.inner_text()
+    page.fill("input[name=imgsz]", "64")
+    page.fill("input[name=epochs]", "0")
+    page.click("[data-testid=advanced] summary")
+    page.fill("textarea[name=extra_args]", "mosaic: 0.5")
+    with page.expect_navigation():
+        page.click("[data-testid=start-training]")
+
+    # Refused with the reason; what was typed is still there.
+    assert "Epochs must be at least 1." in page.inner_text("[data-testid=form-errors]")
+    assert page.input_value("input[name=epochs]") == "0"
+    assert page.input_value("input[name=imgsz]") == "64"
+    assert page.input_value("textarea[name=extra_args]").strip() == "mosaic: 0.5"
+    assert page.locator("[data-testid=advanced][open]").count() == 1
+    screenshot(page, "form-refused")
+    assert not TrainingJob.objects.exists()
+    page.fill("input[name=epochs]", "50")
+    with page.expect_navigation():
+        page.click("[data-testid=quick-test]")
+
+    # The job page: queued, polling every 2 s without errors.
+    assert re.search(r"/w/acme/training/jobs/\d+/$", page.url), page.url
+    job = TrainingJob.objects.get()
+    assert job.is_quick_test and job.epochs == 2 and job.extra_args == {"mosaic": 0.5}
+    assert page.inner_text("[data-testid=job-state]") == "Queued"
+    assert "Waiting for a machine" in page.inner_text("[data-testid=job-progress]")
+    with page.expect_response(lambda r: r.url.endswith(f"/training/jobs/{job.pk}/")):
+        pass  # one htmx refresh of the status
+    assert page.inner_text("[data-testid=job-state]") == "Queued"
+    screenshot(page, "job-queued")
+
+    # Cancel asks first, then ends the job; the page stops polling.
+    with page.expect_navigation():
+        page.click("[data-testid=job-cancel]")
+    screenshot(page, "cancel-confirm")
+    with page.expect_navigation():
+        page.click("[data-testid=confirm-cancel]")
+    assert page.inner_text("[data-testid=job-state]") == "Canceled"
+    assert page.locator("[data-testid=job-status][hx-trigger]").count() == 0
+    assert TrainingJob.objects.get().state == JobState.CANCELED
+    screenshot(page, "job-canceled")
+
+    page.goto(f"/w/acme/projects/{project.pk}/")
+    assert "Canceled" in page.inner_text("[data-testid=project-jobs]")
+    page.goto("/w/acme/training/")
+    assert page.locator("[data-testid=job-row]").count() == 1
+
+    # A finished job (rows as the engine leaves them): metrics, plots, files, log, its model.
+    done = finished_job(project=project, version=detect_version, gpu=gpu_local, user=team.owner)
+    page.goto("/w/acme/training/")
+    assert page.locator("[data-testid=job-row]").count() == 2
+    screenshot(page, "jobs-list")
+    page.goto(f"/w/acme/training/jobs/{done.pk}/")
+    assert page.inner_text("[data-testid=job-state]") == "Succeeded"
+    assert "0.6000" in page.inner_text("[data-testid=job-metrics]")
+    plot = page.locator("[data-testid=job-artifacts] img")
+    assert plot.evaluate("img => img.naturalWidth") == 320
+    screenshot(page, "job-finished")
+    with page.expect_navigation():
+        page.click("[data-testid=job-model] a")
+    assert "yolo11n" in page.inner_text("[data-testid=model-facts]")
+    screenshot(page, "model")
+
+    assert not browser_problems.page_errors, browser_problems.page_errors
+    assert not browser_problems.failed_requests, browser_problems.failed_requests
+    # The one refused submit above answers 400, as a form with errors does.
+    train_url = f"{live_server.url}/w/acme/projects/{project.pk}/train/"
+    assert browser_problems.bad_responses == [f"[editor] 400 {train_url}"]
+    console = [e for e in browser_problems.console_errors if "400 (Bad Request)" not in e]
+    assert not console, console

@@ -1,0 +1,139 @@
+"""Training rows as the engine leaves them, written directly: pages and the API read them
+without a worker having run anything."""
+
+from datetime import timedelta
+
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.utils import timezone
+
+from datasets.services.versions import version_create
+from tests.datasets.factories import (
+    DatasetClassFactory,
+    DatasetFactory,
+    ImageFactory,
+    LabelFactory,
+    png_bytes,
+)
+from training.models import (
+    AttemptEnd,
+    EpochMetric,
+    GpuType,
+    JobState,
+    LogChunk,
+    TrainedModel,
+    TrainingAttempt,
+    TrainingJob,
+)
+from training.services.catalog import gpu_catalog_seed
+
+WEIGHTS = b"not really a torch file, but bytes to stream"
+PNG = png_bytes(320, 200, color=(90, 140, 200))  # a plot, as Ultralytics saves them
+
+
+def local_gpu() -> GpuType:
+    gpu_catalog_seed()
+    return GpuType.objects.get(slug="local")
+
+
+def small_version(*, access, name: str = "Trainable"):
+    """A version of a one-class detect dataset with images in train and val (no real pixels
+    are read: submitting a job reads the manifest only)."""
+    dataset = DatasetFactory(workspace=access.workspace, name=name)
+    cls = DatasetClassFactory(dataset=dataset, index=0, name="bird")
+    for split in ("train", "train", "train", "val"):
+        LabelFactory(image=ImageFactory(dataset=dataset, split=split), dataset_class=cls)
+    return version_create(access=access, dataset=dataset, note="to train")
+
+
+def job_row(*, project, version, gpu, user=None, **fields) -> TrainingJob:
+    values = {
+        "workspace": project.workspace,
+        "project": project,
+        "dataset_version": version,
+        "gpu_type": gpu,
+        "created_by": user,
+        "task": version.dataset.task,
+        "model_family": "yolo11",
+        "model_size": "n",
+        "epochs": 3,
+        "imgsz": 64,
+        "batch": 2,
+        "device": gpu.description or gpu.name,
+        "queued_at": timezone.now(),
+        **fields,
+    }
+    return TrainingJob.objects.create(**values)
+
+
+def metrics_of(epoch: int) -> dict:
+    return {
+        "train/box_loss": 1.5 - epoch / 10,
+        "train/cls_loss": 2.5 - epoch / 10,
+        "metrics/precision(B)": 0.5 + epoch / 100,
+        "metrics/recall(B)": 0.4 + epoch / 100,
+        "metrics/mAP50(B)": 0.3 + epoch / 10,
+        "metrics/mAP50-95(B)": 0.2 + epoch / 10,
+        "val/box_loss": 1.6 - epoch / 10,
+        "val/cls_loss": 2.6 - epoch / 10,
+        "lr/pg0": 0.001 * epoch,
+    }
+
+
+def finished_job(*, project, version, gpu, user=None, state=JobState.SUCCEEDED) -> TrainingJob:
+    """A job that trained 3 epochs on one attempt: metrics, a log, files, and its model."""
+    now = timezone.now()
+    job = job_row(
+        project=project,
+        version=version,
+        gpu=gpu,
+        user=user,
+        name="Finished run",
+        state=state,
+        attempts=1,
+        epochs_done=3,
+        checkpoint_epoch=3,
+        latest_metrics=metrics_of(3),
+        final_metrics={"metrics/mAP50(B)": 0.6, "metrics/mAP50-95(B)": 0.5},
+        started_at=now - timedelta(minutes=5),
+        finished_at=now,
+    )
+    TrainingAttempt.objects.create(
+        job=job,
+        number=1,
+        worker="worker-a:123",
+        machine="test machine",
+        ended_at=now,
+        end_reason=AttemptEnd.FINISHED,
+        message="all good",
+    )
+    for epoch in (1, 2, 3):
+        EpochMetric.objects.create(
+            job=job, epoch=epoch, attempt=1, values=metrics_of(epoch), seconds=1.5
+        )
+    LogChunk.objects.create(
+        job=job, attempt=1, seq=1, text="Starting training for 3 epochs...\n<b>not bold</b>"
+    )
+    LogChunk.objects.create(job=job, attempt=1, seq=2, text="3 epochs completed in 0.01 hours.")
+    last = default_storage.save(f"training/jobs/{job.pk}/last.pt", ContentFile(WEIGHTS))
+    plot = default_storage.save(f"training/jobs/{job.pk}/plots/results.png", ContentFile(PNG))
+    job.artifacts = {"last.pt": last, "results.png": plot}
+    job.save(update_fields=["artifacts"])
+    weights = default_storage.save(f"models/{job.pk}/weights.pt", ContentFile(WEIGHTS))
+    TrainedModel.objects.create(
+        workspace=project.workspace,
+        project=project,
+        job=job,
+        name=f"{job.title} · {job.model_name}",
+        task=job.task,
+        architecture=job.model_name,
+        class_names=["bird"],
+        imgsz=job.imgsz,
+        dataset_version=version,
+        train_args={"epochs": 3, "imgsz": 64},
+        metrics=job.final_metrics,
+        weights_key=weights,
+        weights_size=len(WEIGHTS),
+        created_by=user,
+    )
+    return job

@@ -1,0 +1,110 @@
+"""The training form: parses what a person typed; services decide whether it can train."""
+
+from django import forms
+
+from datasets.models import DatasetVersion, Task
+from training.models import ModelFamily, ModelSize, TrainedModel, WeightsSource
+from training.services.arguments import TrainParams, ultralytics_config
+
+
+def version_label(version: DatasetVersion) -> str:
+    summary = version.summary or {}
+    images, labels = summary.get("images", 0), summary.get("labels", 0)
+    return (
+        f"{version.dataset.name} v{version.number} "
+        f"({images} image{'s' if images != 1 else ''}, {labels} label{'s' if labels != 1 else ''})"
+    )
+
+
+class VersionChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: DatasetVersion) -> str:
+        return version_label(obj)
+
+
+class BatchField(forms.CharField):
+    """“auto” (or empty) for Ultralytics' AutoBatch, else a whole number."""
+
+    def to_python(self, value) -> int:
+        text = (super().to_python(value) or "").strip().lower()
+        if text in ("", "auto", "-1"):
+            return -1
+        try:
+            return int(text)
+        except ValueError:
+            raise forms.ValidationError("Batch is “auto” or a whole number, e.g. 16.") from None
+
+
+class TrainForm(forms.Form):
+    name = forms.CharField(
+        max_length=100,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "Optional, e.g. “baseline”"}),
+    )
+    dataset_version = VersionChoiceField(
+        queryset=DatasetVersion.objects.none(),
+        empty_label=None,
+        error_messages={"invalid_choice": "Pick a dataset version from the list."},
+    )
+    task = forms.ChoiceField(
+        choices=[("", "The dataset's task"), *Task.choices],
+        required=False,
+        help_text="Usually the dataset's own task.",
+    )
+    model_family = forms.ChoiceField(choices=ModelFamily.choices, initial=ModelFamily.YOLO26)
+    model_size = forms.ChoiceField(choices=ModelSize.choices, initial=ModelSize.N)
+    weights = forms.ChoiceField(
+        choices=WeightsSource.choices, initial=WeightsSource.PRETRAINED, widget=forms.RadioSelect
+    )
+    base_model = forms.ChoiceField(
+        required=False,
+        label="Model to fine-tune",
+        help_text="Only with “A previous Kestrel model”.",
+    )
+    epochs = forms.IntegerField(initial=100)
+    imgsz = forms.IntegerField(
+        label="Image size", initial=640, help_text="Pixels, a multiple of 32."
+    )
+    batch = BatchField(initial="auto", required=False, help_text="“auto” or images per batch.")
+    patience = forms.IntegerField(
+        initial=100, help_text="Epochs without improvement before stopping early (0: never)."
+    )
+    optimizer = forms.ChoiceField(initial="auto")
+    seed = forms.IntegerField(initial=0)
+    gpu_type = forms.IntegerField(
+        required=False, error_messages={"invalid": "Pick a machine from the list."}
+    )
+    extra_args = forms.CharField(
+        required=False,
+        label="Ultralytics arguments",
+        widget=forms.Textarea(attrs={"rows": 6, "placeholder": "lr0: 0.001\nmosaic: 0.5"}),
+        help_text="YAML, one “name: value” per line.",
+    )
+
+    def __init__(self, *args, versions, models, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["dataset_version"].queryset = versions
+        self.models = {str(m.pk): m for m in models}
+        grouped: dict[str, list] = {}
+        for model in models:
+            grouped.setdefault(Task(model.task).label, []).append((str(model.pk), model.name))
+        self.fields["base_model"].choices = [("", "—"), *grouped.items()]
+        self.fields["optimizer"].choices = [(n, n) for n in ultralytics_config().optimizers]
+
+    def clean_base_model(self) -> TrainedModel | None:
+        return self.models.get(self.cleaned_data.get("base_model") or "")
+
+    def params(self, *, extra_args: dict) -> TrainParams:
+        data = self.cleaned_data
+        return TrainParams(
+            task=data["task"] or data["dataset_version"].dataset.task,
+            model_family=data["model_family"],
+            model_size=data["model_size"],
+            weights=data["weights"],
+            epochs=data["epochs"],
+            imgsz=data["imgsz"],
+            batch=data["batch"],
+            patience=data["patience"],
+            optimizer=data["optimizer"],
+            seed=data["seed"],
+            extra_args=extra_args,
+        )
