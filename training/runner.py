@@ -11,6 +11,7 @@ owns the job now.
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -21,6 +22,7 @@ from pathlib import Path
 from training.weights_check import UnsafeWeights, weights_check
 
 FENCED = 75
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colours: noise in a web page
 BATCH_EVENTS_PER_SECOND = 4
 CONTROL_CHECK_SECONDS = 0.5
 LOG_FLUSH_SECONDS = 0.5
@@ -111,7 +113,7 @@ class LogTee:
             lines, self._lines = self._lines, []
             self._last_flush = time.monotonic()
         if lines:
-            self.events.emit("log", {"lines": [ln[:2000] for ln in lines]})
+            self.events.emit("log", {"lines": [ANSI.sub("", ln)[:2000] for ln in lines]})
 
     def isatty(self) -> bool:
         return False

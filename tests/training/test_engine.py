@@ -57,7 +57,8 @@ def test_a_job_trains_through_a_real_worker_and_makes_a_model(
     assert "metrics/mAP50(B)" in epochs[-1].values and "train/box_loss" in epochs[-1].values
     assert job.epochs_done == 2 and job.checkpoint_epoch == 2
     assert job.first_batch_at is not None and job.first_batch_at >= job.started_at
-    assert LogChunk.objects.filter(job=job).exists()
+    log = "\n".join(LogChunk.objects.filter(job=job).values_list("text", flat=True))
+    assert "engine/trainer:" in log and "\x1b[" not in log  # Ultralytics' own lines, no colours
     assert "metrics/mAP50(B)" in job.final_metrics
     model = TrainedModel.objects.get(job=job)
     assert model.class_names == ["object"] and model.task == "detect" and model.imgsz == 64
@@ -296,3 +297,29 @@ def test_uploaded_weights_that_are_hostile_or_broken_fail_with_a_reason(
         assert "pickle is damaged" in job.error
     assert not marker.exists()  # nothing in it ran, anywhere
     assert job.attempt_rows.get().end_reason == AttemptEnd.FAILED
+
+
+def test_a_job_lost_three_times_fails_with_the_reason(team, project, detect_version, gpu_local):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from training.models import TrainingAttempt
+
+    job = submit(team, project, detect_version, gpu_local)
+    long_ago = timezone.now() - timedelta(minutes=5)
+    TrainingJob.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING,
+        heartbeat_at=long_ago,
+        lost_attempts=2,
+        attempts=3,
+        lease_owner="gone:1:x",
+        lease_until=long_ago,
+    )
+    TrainingAttempt.objects.create(job=job, number=3, worker="gone:1:x")
+    assert jobs_reap() == 1
+    job = job_reload(job)
+    assert job.state == JobState.FAILED and job.lost_attempts == 3
+    assert "lost 3 times" in job.error and "No heartbeat from gone:1:x" in job.error
+    attempt = job.attempt_rows.get()
+    assert attempt.end_reason == AttemptEnd.LOST and attempt.ended_at == long_ago
