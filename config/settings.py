@@ -250,6 +250,9 @@ TRAINING_HEARTBEAT_SECONDS = env.float("TRAINING_HEARTBEAT_SECONDS", default=10.
 TRAINING_MAX_ATTEMPTS = 3
 # Providers this server may use: "local" (this machine) always; cloud ones when configured.
 TRAINING_PROVIDERS = env.list("TRAINING_PROVIDERS", default=["local"])
+# Set: trainers send their events over HTTP to this Kestrel (what a cloud machine that cannot
+# reach Redis does), e.g. https://kestrel.example.com. Empty: straight to Redis.
+TRAINING_EVENTS_URL = env.str("TRAINING_EVENTS_URL", default="")
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 MESSAGE_TAGS = {40: "error"}

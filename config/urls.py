@@ -12,6 +12,7 @@ urlpatterns = [
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
     path("", include("training.views")),
+    path("", include("training.trainer_events")),
 ]
 if settings.DEBUG:
     urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)

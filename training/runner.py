@@ -54,11 +54,12 @@ def _number(value):
 
 
 class Events:
-    """Appends events to the job's stream; thread-safe; never raises into training."""
+    """Appends events to the job's stream in Redis; thread-safe; never raises into training."""
 
     def __init__(self, spec: dict):
         import redis
 
+        self.spec = spec
         self.redis = redis.Redis.from_url(spec["redis_url"], socket_timeout=5)
         self.stream = spec["stream"]
         self.job = str(spec["job_id"])
@@ -66,13 +67,16 @@ class Events:
         self._seq = 0
         self._lock = threading.Lock()
 
+    def _next(self) -> str:
+        self._seq += 1
+        return str(self._seq)
+
     def emit(self, kind: str, data: dict) -> None:
         with self._lock:
-            self._seq += 1
             fields = {
                 "j": self.job,
                 "a": self.attempt,
-                "s": str(self._seq),
+                "s": self._next(),
                 "t": kind,
                 "d": json.dumps(data, default=str),
             }
@@ -80,6 +84,98 @@ class Events:
                 self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
             except Exception as e:  # noqa: BLE001 - training goes on without its events
                 sys.__stderr__.write(f"kestrel: event {kind} not sent: {e}\n")
+
+    def control(self) -> tuple[str | None, str | None]:
+        """(attempt that owns the job, "stop" or None); (None, None) when it cannot be read."""
+        try:
+            fence, control = self.redis.mget(self.spec["fence_key"], self.spec["control_key"])
+        except Exception:  # noqa: BLE001 - Redis away: keep training, look again later
+            return None, None
+        return (fence.decode() if fence else None), (control.decode() if control else None)
+
+    def close(self) -> None:
+        """Everything emitted is delivered when this returns."""
+
+
+class HttpEvents(Events):
+    """For a trainer on a machine that cannot reach Redis (a cloud provider's): events go in
+    batches to Kestrel's /trainer/ endpoint with the job's token, which appends them to the same
+    stream; each answer carries the stop request and the attempt that owns the job."""
+
+    FLUSH_SECONDS = 0.5
+    URGENT = ("checkpoint", "train_end", "final", "done", "error")
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.url = spec["events_url"]
+        self.token = spec["events_token"]
+        self.attempt = str(spec["attempt"])
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: list[dict] = []
+        self._fence: str | None = None
+        self._control: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def emit(self, kind: str, data: dict) -> None:
+        with self._lock:
+            self._pending.append(
+                {"s": int(self._next()), "t": kind, "d": json.loads(json.dumps(data, default=str))}
+            )
+            if len(self._pending) > 5000:  # Kestrel unreachable for long: keep the newest
+                del self._pending[:1000]
+        if kind in self.URGENT:
+            self._flush(tries=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.FLUSH_SECONDS):
+            self._flush(tries=1)
+
+    def _flush(self, *, tries: int) -> None:
+        import urllib.request
+
+        with self._send_lock:
+            with self._lock:
+                batch = list(self._pending)
+            for attempt in range(tries):
+                request = urllib.request.Request(  # noqa: S310 - Kestrel's own URL from the spec
+                    self.url,
+                    data=json.dumps({"events": batch}).encode(),
+                    headers={
+                        "Authorization": f"Bearer {self.token}",
+                        "Content-Type": "application/json",
+                    },
+                    method="POST",
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+                        answer = json.loads(response.read() or b"{}")
+                except Exception as e:  # noqa: BLE001 - retried; training goes on meanwhile
+                    if getattr(e, "code", None) in (409, 410):  # another attempt, or job ended
+                        self._fence = "other"
+                        return
+                    sys.__stderr__.write(f"kestrel: events not sent ({e}); retrying\n")
+                    time.sleep(min(2**attempt, 5))
+                    continue
+                with self._lock:
+                    del self._pending[: len(batch)]
+                self._fence = str(answer.get("attempt") or self.attempt)
+                self._control = answer.get("control")
+                return
+
+    def control(self) -> tuple[str | None, str | None]:
+        return self._fence, self._control
+
+    def close(self) -> None:
+        self._stop.set()
+        self._flush(tries=5)
+
+
+def events_for(spec: dict) -> Events:
+    return HttpEvents(spec) if spec.get("events_url") else Events(spec)
 
 
 class LogTee:
@@ -192,10 +288,7 @@ def _metrics(trainer) -> dict:
 
 class Callbacks:
     def __init__(self, spec: dict, events: Events):
-        import redis
-
         self.spec, self.events = spec, events
-        self.control = redis.Redis.from_url(spec["redis_url"], socket_timeout=5)
         self.ckpt_dir = Path(spec["checkpoint_dir"])
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.stop_requested = False
@@ -219,14 +312,11 @@ class Callbacks:
         if now - self.last_control < CONTROL_CHECK_SECONDS:
             return
         self.last_control = now
-        try:
-            fence, control = self.control.mget(self.spec["fence_key"], self.spec["control_key"])
-        except Exception:  # noqa: BLE001 - Redis away: keep training, look again later
-            return
-        if fence is not None and fence.decode() != str(self.spec["attempt"]):
+        fence, control = self.events.control()
+        if fence is not None and fence != str(self.spec["attempt"]):
             sys.__stderr__.write("kestrel: another attempt owns this job; exiting\n")
             os._exit(FENCED)
-        if control == b"stop" and not self.stop_requested:
+        if control == "stop" and not self.stop_requested:
             self.stop_requested = True
             trainer.stop = True
             print("Kestrel: stop requested; finishing this batch, then validating and saving.")
@@ -326,7 +416,7 @@ class Callbacks:
 
 
 def run(spec: dict) -> int:
-    events = Events(spec)
+    events = events_for(spec)
     stdout, stderr = LogTee(events, sys.stdout), LogTee(events, sys.stderr)
     sys.stdout, sys.stderr = stdout, stderr  # before Ultralytics binds its log handler
     stop_sampling = threading.Event()
@@ -362,23 +452,19 @@ def run(spec: dict) -> int:
             model.train(**spec["train_args"])
     except UnsafeWeights as e:
         print(f"Kestrel: weights refused: {e}")
-        events.emit("error", {"message": f"The weights file was refused: {e}."})
-        stdout.flush()
-        stderr.flush()
-        return 1
+        outcome = ("error", {"message": f"The weights file was refused: {e}."})
     except BaseException as e:  # noqa: BLE001 - every failure becomes a readable reason
         traceback.print_exc()
-        message = f"{type(e).__name__}: {e}".strip()
-        events.emit("error", {"message": message[:2000]})
-        stdout.flush()
-        stderr.flush()
-        return 1
+        outcome = ("error", {"message": f"{type(e).__name__}: {e}".strip()[:2000]})
+    else:
+        outcome = ("done", {"stopped": bool(callbacks and callbacks.stop_requested)})
     finally:
         stop_sampling.set()
     stdout.flush()
     stderr.flush()
-    events.emit("done", {"stopped": bool(callbacks and callbacks.stop_requested)})
-    return 0
+    events.emit(*outcome)  # the last word: the supervisor reads everything before it
+    events.close()
+    return 0 if outcome[0] == "done" else 1
 
 
 def main() -> None:

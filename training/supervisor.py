@@ -54,6 +54,7 @@ from workspaces.services import ServiceError
 logger = logging.getLogger(__name__)
 
 PROGRESS_TTL = 3600
+STREAM_MAXLEN = 50_000
 
 
 def stream_key(job_id: int) -> str:
@@ -295,6 +296,13 @@ class Supervisor:
                 offline=not settings.TRAINING_ALLOW_DOWNLOADS,
             ),
         }
+        if settings.TRAINING_EVENTS_URL:  # the trainer reports over HTTP, not to Redis
+            from training.trainer_events import events_token
+
+            base = settings.TRAINING_EVENTS_URL.rstrip("/")
+            spec["events_url"] = f"{base}/trainer/jobs/{job.pk}/events"
+            spec["events_token"] = events_token(job.pk, self.attempt.number)
+            del spec["redis_url"]  # as on a machine that cannot reach it
         spec_path = attempt_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         # A fresh stream for this attempt; the fence tells any older trainer to stop.
