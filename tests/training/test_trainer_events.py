@@ -78,3 +78,9 @@ def test_a_job_trains_with_its_events_over_http(
     assert [m.epoch for m in EpochMetric.objects.filter(job=job)] == [1, 2]
     assert job.checkpoint_epoch == 2 and job.log_chunks.exists()
     assert TrainedModel.objects.filter(job=job).exists()
+
+
+def test_a_logged_in_owner_without_the_token_is_refused(client, running, team):
+    client.force_login(team.owner)
+    response = post(client, running.pk, "", [{"s": 1, "t": "log", "d": {"lines": []}}])
+    assert response.status_code == 403
