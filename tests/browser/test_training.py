@@ -108,6 +108,10 @@ def test_quick_test_run_from_the_project_page(
     assert page.inner_text("[data-testid=job-state]") == "Succeeded"
     assert "0.6000" in page.inner_text("[data-testid=job-metrics]")
     plot = page.locator("[data-testid=job-artifacts] img")
+    plot.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=job-artifacts] img').complete"
+    )
     assert plot.evaluate("img => img.naturalWidth") == 320
     screenshot(page, "job-finished")
     with page.expect_navigation():
