@@ -13,6 +13,7 @@ urlpatterns = [
     path("", include("datasets.urls")),
     path("", include("training.views")),
     path("", include("training.trainer_events")),
+    path("", include("training.live")),
 ]
 if settings.DEBUG:
     urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)

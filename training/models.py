@@ -115,6 +115,13 @@ class TrainingJob(models.Model):
     latest_metrics = models.JSONField(default=dict, blank=True)
     final_metrics = models.JSONField(default=dict, blank=True)
     artifacts = models.JSONField(default=dict, blank=True, help_text="name → storage key")
+    results = models.JSONField(
+        default=dict, blank=True, help_text="Final validation: per-class table, confusion matrix."
+    )
+    dropped_events = models.PositiveIntegerField(
+        default=0, help_text="Malformed or out-of-order events from the trainer, not shown."
+    )
+    notify_email = models.BooleanField(default=False, help_text="Email the creator at the end.")
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -268,11 +275,21 @@ class TrainedModel(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    is_current = models.BooleanField(
+        default=False, help_text="The project's promoted model (at most one per project)."
+    )
 
     objects = WorkspaceOwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project"],
+                condition=models.Q(is_current=True),
+                name="one_current_model_per_project",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -11,7 +11,6 @@ owns the job now.
 
 import json
 import os
-import re
 import shutil
 import sys
 import threading
@@ -22,7 +21,6 @@ from pathlib import Path
 from training.weights_check import UnsafeWeights, weights_check
 
 FENCED = 75
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # terminal colours: noise in a web page
 BATCH_EVENTS_PER_SECOND = 4
 CONTROL_CHECK_SECONDS = 0.5
 LOG_FLUSH_SECONDS = 0.5
@@ -209,7 +207,7 @@ class LogTee:
             lines, self._lines = self._lines, []
             self._last_flush = time.monotonic()
         if lines:
-            self.events.emit("log", {"lines": [ANSI.sub("", ln)[:2000] for ln in lines]})
+            self.events.emit("log", {"lines": [ln[:2000] for ln in lines]})
 
     def isatty(self) -> bool:
         return False
@@ -316,7 +314,7 @@ class Callbacks:
         if fence is not None and fence != str(self.spec["attempt"]):
             sys.__stderr__.write("kestrel: another attempt owns this job; exiting\n")
             os._exit(FENCED)
-        if control == "stop" and not self.stop_requested:
+        if control in ("stop", "cancel") and not self.stop_requested:
             self.stop_requested = True
             trainer.stop = True
             print("Kestrel: stop requested; finishing this batch, then validating and saving.")
@@ -349,6 +347,7 @@ class Callbacks:
                     "epochs": trainer.epochs,
                     "batch": self.batch,
                     "batches": len(trainer.train_loader),
+                    "batch_size": trainer.batch_size,
                     "loss": [
                         _number(v) for v in (loss.tolist() if hasattr(loss, "tolist") else [loss])
                     ]
@@ -403,16 +402,46 @@ class Callbacks:
 
     def on_train_end(self, trainer) -> None:
         save_dir = Path(trainer.save_dir)
+        plots = [*save_dir.glob("*.png"), *save_dir.glob("val_batch*.jpg")]
         self.events.emit(
             "train_end",
             {
                 "save_dir": str(save_dir),
                 "best": str(trainer.best) if Path(trainer.best).exists() else None,
                 "names": [str(n) for n in (trainer.data or {}).get("names", {}).values()],
-                "plots": sorted(str(p) for p in save_dir.glob("*.png")),
+                "plots": sorted(str(p) for p in plots),
                 "results_csv": str(save_dir / "results.csv"),
+                "results": _final_results(trainer),
             },
         )
+
+
+def _final_results(trainer) -> dict:
+    """The final validation explained: per-class rows and the confusion matrix."""
+    out: dict = {}
+    validator = getattr(trainer, "validator", None)
+    metrics = getattr(validator, "metrics", None)
+    try:
+        rows = metrics.summary() if metrics is not None else []
+        out["per_class"] = [
+            {str(k): (v if isinstance(v, str) else _number(v)) for k, v in row.items()}
+            for row in rows
+        ]
+    except Exception as e:  # noqa: BLE001 - results are a nicety; the run has succeeded
+        sys.__stderr__.write(f"kestrel: no per-class summary: {e}\n")
+    matrix = getattr(validator, "confusion_matrix", None)
+    try:
+        if matrix is not None and getattr(matrix, "matrix", None) is not None:
+            names = [str(n) for n in matrix.names.values()]
+            if matrix.task != "classify":
+                names.append("background")
+            out["confusion_matrix"] = {
+                "names": names,
+                "matrix": [[_number(v) or 0 for v in row] for row in matrix.matrix.tolist()],
+            }
+    except Exception as e:  # noqa: BLE001
+        sys.__stderr__.write(f"kestrel: no confusion matrix: {e}\n")
+    return out
 
 
 def run(spec: dict) -> int:

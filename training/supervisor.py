@@ -22,6 +22,7 @@ import redis
 from django.conf import settings
 from django.core.files.storage import FileSystemStorage, default_storage
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from training.models import (
@@ -67,6 +68,11 @@ def control_key(job_id: int) -> str:
 
 def fence_key(job_id: int) -> str:
     return f"training:job:{job_id}:attempt"
+
+
+def state_rev_key(job_id: int) -> str:
+    """Bumped at every change of the job's state: live pages re-read the job only then."""
+    return f"training:job:{job_id}:rev"
 
 
 def progress_key(job_id: int) -> str:
@@ -185,6 +191,7 @@ class Supervisor:
         self.canceling = False
         self.stop_sent = False
         self.epoch_started = time.monotonic()
+        self.last_seq = 0
 
     # -- helpers
     def _workdir(self) -> Path:
@@ -356,6 +363,9 @@ class Supervisor:
                 if self.lost_lease:  # another attempt owns the job: end ours, touch nothing
                     self.provider.terminate(self.handle, force=True)
                     return
+            if not self.canceling and self.redis.get(control_key(self.job.pk)) == b"cancel":
+                self.canceling = True  # at once, not at the next heartbeat
+                self.provider.terminate(self.handle, force=True)
             if self.outcome.done is not None or self.outcome.error:
                 # The trainer said its last word; it is exiting. Look often, not every second.
                 block, exited = 50, self.provider.exit_code(self.handle) is not None
@@ -374,16 +384,38 @@ class Supervisor:
                 return
 
     def _handle(self, fields: dict) -> None:
-        if fields.get(b"a", b"").decode() != str(self.attempt.number):
+        """One stream entry: malformed or out-of-order ones are dropped and counted."""
+        try:
+            attempt = int(fields[b"a"])
+            seq = int(fields[b"s"])
+            kind = fields[b"t"].decode()
+            data = json.loads(fields[b"d"])
+        except (KeyError, ValueError, UnicodeDecodeError):
+            self._drop()
+            return
+        if attempt != self.attempt.number:
             return  # an older attempt's late words
-        kind = fields[b"t"].decode()
-        data = json.loads(fields[b"d"])
-        seq = int(fields[b"s"])
         handler = getattr(self, f"_on_{kind}", None)
-        if handler is not None:
+        if handler is None or not isinstance(data, dict) or seq <= self.last_seq:
+            self._drop()
+            return
+        self.last_seq = seq
+        try:
             handler(data, seq)
+        except (KeyError, TypeError, ValueError, AttributeError, OSError):
+            logger.warning("job %s: event %s %s dropped", self.job.pk, kind, seq, exc_info=True)
+            self._drop()
+
+    def _drop(self) -> None:
+        TrainingJob.objects.filter(pk=self.job.pk).update(dropped_events=F("dropped_events") + 1)
 
     # -- events
+    def _on_started(self, data: dict, seq: int) -> None:
+        """The trainer process is up (its pid is on the attempt already)."""
+
+    def _on_train_start(self, data: dict, seq: int) -> None:
+        """Ultralytics built the model and the loaders; batches follow."""
+
     def _on_batch(self, data: dict, seq: int) -> None:
         self.redis.set(progress_key(self.job.pk), json.dumps(data), ex=PROGRESS_TTL)
         if data.get("first") and self.job.first_batch_at is None:
@@ -453,7 +485,8 @@ class Supervisor:
             key = f"training/jobs/{self.job.pk}/results.csv"
             storage_put_file(key, results)
             artifacts["results.csv"] = key
-        self._save_job(artifacts=artifacts)
+        results = _results(data.get("results") or {}, self.job.task)
+        self._save_job(artifacts=artifacts, results=results)
 
     def _on_done(self, data: dict, seq: int) -> None:
         self.outcome.done = data
@@ -532,6 +565,35 @@ class Supervisor:
 
     def _remove_workdir(self) -> None:
         shutil.rmtree(self._workdir(), ignore_errors=True)
+
+
+_MAIN_PREFIX = {"segment": "Mask", "pose": "Pose"}
+
+
+def _results(raw: dict, task: str) -> dict:
+    """The final validation as the results tab reads it: a per-class table with the task's
+    main figures (mask for segment, pose for pose, box otherwise) and the confusion matrix."""
+    prefix = _MAIN_PREFIX.get(task, "Box")
+    rows = []
+    for row in raw.get("per_class") or []:
+        if not isinstance(row, dict) or "Class" not in row:
+            continue
+        rows.append(
+            {
+                "class": str(row["Class"]),
+                "images": row.get("Images"),
+                "instances": row.get("Instances"),
+                "precision": row.get(f"{prefix}-P", row.get("Box-P")),
+                "recall": row.get(f"{prefix}-R", row.get("Box-R")),
+                "mAP50": row.get("mAP50"),
+                "mAP50-95": row.get("mAP50-95"),
+            }
+        )
+    out: dict = {"per_class": rows, "per_class_raw": raw.get("per_class") or []}
+    matrix = raw.get("confusion_matrix")
+    if isinstance(matrix, dict) and isinstance(matrix.get("matrix"), list):
+        out["confusion_matrix"] = {"names": matrix.get("names", []), "matrix": matrix["matrix"]}
+    return out
 
 
 def _readable_error(message: str) -> str:

@@ -58,7 +58,7 @@ def test_a_job_trains_through_a_real_worker_and_makes_a_model(
     assert job.epochs_done == 2 and job.checkpoint_epoch == 2
     assert job.first_batch_at is not None and job.first_batch_at >= job.started_at
     log = "\n".join(LogChunk.objects.filter(job=job).values_list("text", flat=True))
-    assert "engine/trainer:" in log and "\x1b[" not in log  # Ultralytics' own lines, no colours
+    assert "engine/trainer:" in log and "\x1b[" in log  # Ultralytics' own lines, in colour
     assert "metrics/mAP50(B)" in job.final_metrics
     model = TrainedModel.objects.get(job=job)
     assert model.class_names == ["object"] and model.task == "detect" and model.imgsz == 64
@@ -66,6 +66,12 @@ def test_a_job_trains_through_a_real_worker_and_makes_a_model(
     assert default_storage.exists(model.weights_key) and model.weights_size > 100_000
     assert default_storage.exists(job.checkpoint_key)
     assert "results.png" in job.artifacts
+    assert any(name.startswith("val_batch0_pred") for name in job.artifacts)
+    [row] = job.results["per_class"]  # the final validation, per class
+    assert row["class"] == "object" and row["instances"] > 0 and row["mAP50"] is not None
+    matrix = job.results["confusion_matrix"]
+    assert matrix["names"] == ["object", "background"] and len(matrix["matrix"]) == 2
+    assert job.dropped_events == 0
     attempt = job.attempt_rows.get()
     assert attempt.end_reason == AttemptEnd.FINISHED and attempt.ended_at is not None
 
@@ -176,13 +182,13 @@ def test_stop_keeps_best_and_last_and_resume_finishes_the_run(
     from training.services.jobs import job_resume, job_stop
 
     access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
-    job = submit(team, project, detect_version, gpu_local, epochs=12)
+    job = submit(team, project, detect_version, gpu_local, epochs=40)
     workers.start()
     job = _after_first_checkpoint(job)
     job_stop(access=access, job=job)
     job = wait_state(job, JobState.STOPPED, JobState.FAILED, JobState.SUCCEEDED)
     assert job.state == JobState.STOPPED, job.error
-    assert 1 <= job.checkpoint_epoch < 12
+    assert 1 <= job.checkpoint_epoch < 40
     assert default_storage.exists(job.checkpoint_key) and default_storage.exists(job.best_key)
     model = TrainedModel.objects.get(job=job)
     assert default_storage.exists(model.weights_key)
@@ -192,7 +198,7 @@ def test_stop_keeps_best_and_last_and_resume_finishes_the_run(
     job_resume(access=access, job=job)
     job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
     assert job.state == JobState.SUCCEEDED, job.error
-    assert [m.epoch for m in EpochMetric.objects.filter(job=job)] == list(range(1, 13))
+    assert [m.epoch for m in EpochMetric.objects.filter(job=job)] == list(range(1, 41))
     assert job.attempt_rows.get(number=2).resumed_from_epoch == stopped_at
     assert TrainedModel.objects.filter(job=job).count() == 1
 

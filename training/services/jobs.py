@@ -2,9 +2,13 @@
 every change of a job's state goes through."""
 
 import dataclasses
+import logging
 from collections import Counter
 
+from django.conf import settings
+from django.core.mail import send_mail
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from datasets.models import DatasetVersion, LabelKind, Task
@@ -26,6 +30,8 @@ from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 from workspaces.services import ServiceError
+
+logger = logging.getLogger(__name__)
 
 # A quick test run: the same settings on a small subset, for two epochs.
 QUICK_TEST_EPOCHS = 2
@@ -89,6 +95,51 @@ def job_transition(job: TrainingJob, to: str, **fields) -> None:
     for name, value in fields.items():
         setattr(job, name, value)
     job.save(update_fields=["state", "updated_at", *fields])
+    job_state_bump(job.pk)
+    if job.is_final and job.notify_email:
+        transaction.on_commit(lambda: job_notify_end(job.pk))
+
+
+def job_state_bump(job_id: int) -> None:
+    """Tell live pages (training.live) that the job changed, once the change is committed."""
+    from training.supervisor import state_rev_key, training_redis
+
+    def bump() -> None:
+        try:
+            client = training_redis()
+            client.incr(state_rev_key(job_id))
+            client.expire(state_rev_key(job_id), 30 * 24 * 3600)
+        except Exception:  # pages notice at their next reconnect instead
+            logger.warning("could not tell live pages about job %s", job_id, exc_info=True)
+
+    transaction.on_commit(bump)
+
+
+def job_notify_end(job_id: int) -> None:
+    """The email a person asked for when starting the job: how it ended, and where to look."""
+    job = TrainingJob.objects.select_related("workspace", "created_by").get(pk=job_id)
+    if job.created_by is None or not job.created_by.email:
+        return
+    url = settings.SITE_URL.rstrip("/") + reverse(
+        "job_detail", kwargs={"ws_slug": job.workspace.slug, "pk": job.pk}
+    )
+    lines = [
+        f"{job.title} ({job.model_name}) in {job.workspace.name} has "
+        f"{job.get_state_display().lower()}.",
+        f"Epochs: {job.epochs_done} of {job.epochs}.",
+    ]
+    if job.error:
+        lines.append(f"Reason: {job.error}")
+    lines.append(f"Open it: {url}")
+    try:
+        send_mail(
+            f"Kestrel: {job.title} {job.get_state_display().lower()}",
+            "\n".join(lines),
+            None,
+            [job.created_by.email],
+        )
+    except Exception:  # a mail server that is down never changes how the job ended
+        logger.warning("could not email the end of job %s", job.pk, exc_info=True)
 
 
 def job_locked(job_id: int) -> TrainingJob:
@@ -176,6 +227,7 @@ def job_submit(
     base_model: TrainedModel | None = None,
     quick_test: bool = False,
     name: str = "",
+    notify_email: bool = False,
 ) -> TrainingJob:
     """Check everything that can be checked before paying for a machine, then queue the job."""
     access.require(Perm.TRAIN)
@@ -218,6 +270,7 @@ def job_submit(
         **dataclasses.asdict(params),  # TrainParams' fields are the job's, by name
         base_model=base_model,
         is_quick_test=quick_test,
+        notify_email=notify_email,
         device=gpu.description or gpu.name,
         queued_at=timezone.now(),
     )
@@ -248,7 +301,22 @@ def job_stop(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
         return job
     if job.state != JobState.STOPPING:
         job_transition(job, JobState.STOPPING, stop_requested_at=timezone.now())
+    _tell_trainer(job.pk, "stop")
     return job
+
+
+def _tell_trainer(job_id: int, word: str) -> None:
+    """Pass stop or cancel on at once; the supervisor's next heartbeat does it too, should
+    Redis be away right now."""
+    from training.supervisor import control_key, training_redis
+
+    def send() -> None:
+        try:
+            training_redis().set(control_key(job_id), word, ex=7 * 24 * 3600)
+        except Exception:  # the heartbeat path still carries it
+            logger.warning("could not tell job %s's trainer to %s", job_id, word, exc_info=True)
+
+    transaction.on_commit(send)
 
 
 @transaction.atomic
@@ -259,9 +327,11 @@ def job_cancel(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
         raise ServiceError(f"{job.title} has already ended ({job.get_state_display().lower()}).")
     if job.state == JobState.QUEUED:
         job_transition(job, JobState.CANCELED, cancel_requested_at=timezone.now())
-    else:  # the supervising task kills the trainer and ends the job within a heartbeat
+    else:  # the supervising task kills the trainer and ends the job
         job.cancel_requested_at = timezone.now()
         job.save(update_fields=["cancel_requested_at", "updated_at"])
+        job_state_bump(job.pk)
+        _tell_trainer(job.pk, "cancel")
     return job
 
 

@@ -1,0 +1,293 @@
+"""The job page's live feed: server-sent events from `/w/<ws>/jobs/<id>/events`.
+
+An async view (served by the ASGI server: an open page holds no thread) that first sends a
+snapshot from PostgreSQL (every epoch, the last log lines, recent system samples) merged with
+what the job's Redis stream holds that is not persisted yet, then follows the stream with a
+blocking read. Each stream event carries its stream id as the SSE id, so a browser that
+reconnects with Last-Event-ID resumes where it was; a finished job gets its snapshot and `end`.
+A client that stops reading suspends the generator: nothing queues up in the server.
+"""
+
+import asyncio
+import json
+import re
+import time
+from contextlib import asynccontextmanager
+
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection
+from django.http import Http404, HttpRequest, StreamingHttpResponse
+from django.urls import path
+
+from training.models import EpochMetric, LogChunk, SystemSample, TrainingJob
+from training.supervisor import progress_key, state_rev_key, stream_key
+from workspaces.selectors import workspace_access_for_user
+
+SNAPSHOT_LOG_LINES = 2000
+SNAPSHOT_SYSTEM_SAMPLES = 300
+STATE_CHECK_SECONDS = 1.0
+KEEPALIVE_SECONDS = 15.0
+READ_BLOCK_MS = 1000
+FORWARDED = {"batch", "epoch", "log", "system"}
+_STREAM_ID = re.compile(r"^\d+-\d+$")
+_JOB_FIELDS = (
+    "id",
+    "state",
+    "epochs",
+    "epochs_done",
+    "checkpoint_epoch",
+    "device",
+    "started_at",
+    "finished_at",
+    "error",
+    "attempts",
+    "stop_requested_at",
+    "cancel_requested_at",
+)
+
+
+# At most this many open pages read PostgreSQL at once (its connections are few: 100 by default);
+# the others wait their turn for a moment instead of failing when hundreds open together.
+DB_CONCURRENCY = 16
+_db_gates: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+
+@asynccontextmanager
+async def _db_turn():
+    loop = asyncio.get_running_loop()
+    gate = _db_gates.setdefault(loop, asyncio.Semaphore(DB_CONCURRENCY))
+    async with gate:
+        try:
+            yield
+        finally:
+            await _release_db()
+
+
+async def _release_db() -> None:
+    """Give this request's database connection back between reads: an open page holds a Redis
+    read, never one of PostgreSQL's (few) connections."""
+    await sync_to_async(_close_connection)()
+
+
+def _close_connection() -> None:
+    connection.close()  # looked up here, in the thread that holds the connection
+
+
+def sse(event: str, data, event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, default=str)}\n\n"
+
+
+async def job_state(job_id: int) -> dict | None:
+    row = await TrainingJob.objects.filter(pk=job_id).values(*_JOB_FIELDS).afirst()
+    if row is None:
+        return None
+    job = TrainingJob(state=row["state"])
+    return {
+        "id": row["id"],
+        "state": row["state"],
+        "state_display": job.get_state_display(),
+        "is_final": job.is_final,
+        "epochs": row["epochs"],
+        "epochs_done": row["epochs_done"],
+        "checkpoint_epoch": row["checkpoint_epoch"],
+        "device": row["device"],
+        "started_at": row["started_at"].isoformat() if row["started_at"] else None,
+        "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
+        "error": row["error"],
+        "attempts": row["attempts"],
+        "stop_requested": row["stop_requested_at"] is not None,
+        "cancel_requested": row["cancel_requested_at"] is not None,
+    }
+
+
+def _decode(entry_id: bytes, fields: dict) -> tuple[str, int, int, dict] | None:
+    """(kind, attempt, seq, data) of a stream entry, or None when it is malformed."""
+    try:
+        kind = fields[b"t"].decode()
+        attempt = int(fields[b"a"])
+        seq = int(fields[b"s"])
+        data = json.loads(fields[b"d"])
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    data["t"] = int(entry_id.split(b"-")[0])  # Redis' clock at arrival, in ms
+    return kind, attempt, seq, data
+
+
+class _Feed:
+    """What one connection has sent: the newest log and system seq per attempt (the snapshot
+    and the stream overlap; nothing is sent twice)."""
+
+    def __init__(self):
+        self.sent: dict[tuple[str, int], int] = {}
+
+    def fresh(self, kind: str, attempt: int, seq: int) -> bool:
+        if kind not in ("log", "system"):
+            return True
+        key = (kind, attempt)
+        if seq <= self.sent.get(key, 0):
+            return False
+        self.sent[key] = seq
+        return True
+
+    def shape(self, kind: str, data: dict) -> dict:
+        if kind == "system":
+            return {"t": data.pop("t"), "values": data}
+        return data
+
+
+async def _snapshot(client, job_id: int, state: dict, feed: _Feed) -> tuple[dict, str]:
+    key = stream_key(job_id)
+    top = await client.xrevrange(key, count=1)
+    cursor = top[0][0].decode() if top else "0-0"
+    epochs = {
+        m["epoch"]: m
+        async for m in EpochMetric.objects.filter(job_id=job_id)
+        .order_by("epoch")
+        .values("epoch", "values", "seconds")
+    }
+    chunks = []
+    lines_total = 0
+    async for chunk in (
+        LogChunk.objects.filter(job_id=job_id)
+        .order_by("-attempt", "-seq")
+        .values("attempt", "seq", "text")
+    ):
+        chunks.append(chunk)
+        lines_total += chunk["text"].count("\n") + 1
+        if lines_total >= SNAPSHOT_LOG_LINES:
+            break
+    chunks.reverse()
+    logs = [line for chunk in chunks for line in chunk["text"].split("\n")]
+    for chunk in chunks:
+        feed.fresh("log", chunk["attempt"], chunk["seq"])
+    samples = [
+        s
+        async for s in SystemSample.objects.filter(job_id=job_id)
+        .order_by("-attempt", "-seq")
+        .values("attempt", "seq", "values", "created_at")[:SNAPSHOT_SYSTEM_SAMPLES]
+    ]
+    samples.reverse()
+    system = []
+    for sample in samples:
+        feed.fresh("system", sample["attempt"], sample["seq"])
+        at = int(sample["created_at"].timestamp() * 1000)
+        system.append({"t": at, "values": sample["values"]})
+    # What the stream holds up to the cursor and PostgreSQL may not have yet.
+    if top:
+        for entry_id, fields in await client.xrange(key, max=cursor):
+            decoded = _decode(entry_id, fields)
+            if decoded is None or decoded[1] != state["attempts"]:
+                continue
+            kind, attempt, seq, data = decoded
+            if kind == "epoch" and "epoch" in data:
+                epochs[int(data["epoch"])] = {
+                    "epoch": int(data["epoch"]),
+                    "values": data.get("metrics", {}),
+                    "seconds": data.get("seconds"),
+                }
+            elif kind == "log" and feed.fresh(kind, attempt, seq):
+                logs.extend(data.get("lines", []))
+            elif kind == "system" and feed.fresh(kind, attempt, seq):
+                system.append(feed.shape(kind, data))
+    raw = await client.get(progress_key(job_id))
+    snapshot = {
+        "job": state,
+        "epochs": [epochs[n] for n in sorted(epochs)],
+        "logs": logs[-SNAPSHOT_LOG_LINES:],
+        "system": system[-SNAPSHOT_SYSTEM_SAMPLES:],
+        "progress": json.loads(raw) if raw and not state["is_final"] else None,
+    }
+    return snapshot, cursor
+
+
+async def _resumable(client, job_id: int, last_event_id: str | None) -> bool:
+    """Whether the stream still holds what follows `last_event_id` (the same attempt's)."""
+    if not last_event_id or not _STREAM_ID.match(last_event_id):
+        return False
+    first = await client.xrange(stream_key(job_id), count=1)
+    return bool(first) and first[0][0].decode() <= last_event_id
+
+
+async def event_stream(job_id: int, last_event_id: str | None = None):
+    client = aioredis.Redis.from_url(settings.TRAINING_REDIS_URL)
+    feed = _Feed()
+    try:
+        rev = await client.get(state_rev_key(job_id))
+        async with _db_turn():
+            state = await job_state(job_id)
+            if state is None:
+                return
+            snapshot = None
+            if await _resumable(client, job_id, last_event_id):
+                cursor = last_event_id
+            else:
+                snapshot, cursor = await _snapshot(client, job_id, state, feed)
+        yield sse("snapshot", snapshot) if snapshot is not None else sse("state", state)
+        if state["is_final"]:
+            yield sse("end", state)
+            return
+        checked = sent = time.monotonic()
+        key = stream_key(job_id)
+        while True:
+            replies = await client.xread({key: cursor}, count=200, block=READ_BLOCK_MS)
+            for _, entries in replies or []:
+                for entry_id, fields in entries:
+                    cursor = entry_id.decode()
+                    decoded = _decode(entry_id, fields)
+                    if decoded is None:
+                        continue  # malformed: the supervisor counts it; the page never shows it
+                    kind, attempt, seq, data = decoded
+                    if kind in FORWARDED and attempt == state["attempts"]:
+                        if feed.fresh(kind, attempt, seq):
+                            yield sse(kind, feed.shape(kind, data), cursor)
+                            sent = time.monotonic()
+            now = time.monotonic()
+            if now - checked >= STATE_CHECK_SECONDS:
+                checked = now
+                # Every change of state bumps a counter in Redis: the database is read only then.
+                fresh_rev = await client.get(state_rev_key(job_id))
+                if fresh_rev != rev:
+                    rev = fresh_rev
+                    async with _db_turn():
+                        fresh = await job_state(job_id)
+                    if fresh is None:
+                        return
+                    if fresh["attempts"] != state["attempts"]:
+                        cursor = "0-0"  # a new attempt starts a new stream
+                    state = fresh
+                    yield sse("state", state)
+                    sent = now
+                    if state["is_final"]:
+                        yield sse("end", state)
+                        return
+            if now - sent >= KEEPALIVE_SECONDS:
+                yield ": keep-alive\n\n"
+                sent = now
+    finally:
+        await client.aclose()
+
+
+async def job_events(request: HttpRequest, ws_slug: str, pk: int) -> StreamingHttpResponse:
+    async with _db_turn():
+        user = await request.auser()
+        access = await sync_to_async(workspace_access_for_user)(user=user, slug=ws_slug)
+        found = await TrainingJob.objects.filter(workspace=access.workspace, pk=pk).aexists()
+    if not found:
+        raise Http404("No such job.")
+    response = StreamingHttpResponse(
+        event_stream(pk, request.headers.get("Last-Event-ID")),
+        content_type="text/event-stream",
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
+    return response
+
+
+urlpatterns = [
+    path("w/<slug:ws_slug>/jobs/<int:pk>/events", job_events, name="job_events"),
+]
