@@ -1,4 +1,5 @@
-"""JSON API for training: submit a job, read it, stop, cancel, resume; metrics; trained models."""
+"""JSON API for training: submit a job, read it, stop, cancel, resume; metrics; trained models
+(read, download, promote to the project's current model)."""
 
 from datetime import datetime
 
@@ -9,6 +10,7 @@ from training import selectors
 from training.models import TrainedModel, TrainingJob, WeightsSource
 from training.services.arguments import TrainParams, extra_args_parse
 from training.services.jobs import job_cancel, job_resume, job_stop, job_submit
+from training.services.models import model_promote
 from training.supervisor import job_progress
 from workspaces.models import Project
 from workspaces.permissions import Perm
@@ -112,6 +114,7 @@ class ModelOut(Schema):
     metrics: dict
     weights_size: int
     weights_sha256: str
+    is_current: bool = Field(description="The project's current model (at most one per project).")
     created_at: datetime
 
 
@@ -182,6 +185,7 @@ def model_out(model: TrainedModel, *, workspace_slug: str) -> ModelOut:
         metrics=model.metrics,
         weights_size=model.weights_size,
         weights_sha256=model.weights_sha256,
+        is_current=model.is_current,
         created_at=model.created_at,
     )
 
@@ -298,3 +302,13 @@ def model_weights(request: HttpRequest, model_id: int):
         filename=f"kestrel-model-{model.pk}-{model.architecture or 'yolo'}.pt",
         content_type="application/octet-stream",
     )
+
+
+@router.post("/models/{model_id}/promote", response=ModelOut)
+def model_promote_api(request: HttpRequest, model_id: int):
+    """Make the model its project's current one; the previous current model stops being so."""
+    access, model = selectors.model_access_for_caller(
+        auth=request.auth, user=request.user, pk=model_id
+    )
+    model = model_promote(access=access, model=model)
+    return model_out(model, workspace_slug=access.workspace.slug)

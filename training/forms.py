@@ -79,6 +79,7 @@ class TrainForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "placeholder": "lr0: 0.001\nmosaic: 0.5"}),
         help_text="YAML, one “name: value” per line.",
     )
+    notify_email = forms.BooleanField(required=False, label="Email me when it ends")
 
     def __init__(self, *args, versions, models, **kwargs):
         super().__init__(*args, **kwargs)
@@ -108,3 +109,40 @@ class TrainForm(forms.Form):
             seed=data["seed"],
             extra_args=extra_args,
         )
+
+
+COMPARE_MIN, COMPARE_MAX = 2, 8
+
+
+class RunIdsField(forms.Field):
+    """Repeated ?jobs=<id>: the ids in the order given, each once."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value) -> list[int]:
+        ids: list[int] = []
+        for raw in value or []:
+            text = str(raw).strip()
+            if not (text.isascii() and text.isdigit() and len(text) <= 18):
+                raise forms.ValidationError(f"“{text[:20]}” is not a run id.")
+            if int(text) not in ids:
+                ids.append(int(text))
+        return ids
+
+
+class CompareForm(forms.Form):
+    jobs = RunIdsField(
+        error_messages={"required": f"Tick at least {COMPARE_MIN} runs to compare."},
+    )
+
+    def clean_jobs(self) -> list[int]:
+        ids = self.cleaned_data["jobs"]
+        if len(ids) < COMPARE_MIN:
+            raise forms.ValidationError(
+                f"Tick at least {COMPARE_MIN} runs to compare; you ticked {len(ids)}."
+            )
+        if len(ids) > COMPARE_MAX:
+            raise forms.ValidationError(
+                f"Compare at most {COMPARE_MAX} runs at once; you ticked {len(ids)}."
+            )
+        return ids

@@ -17,11 +17,13 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.db import connection
-from django.http import Http404, HttpRequest, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import path
 
 from training.models import EpochMetric, LogChunk, SystemSample, TrainingJob
+from training.selectors import job_state_dict
 from training.supervisor import progress_key, state_rev_key, stream_key
 from workspaces.selectors import workspace_access_for_user
 
@@ -32,7 +34,7 @@ KEEPALIVE_SECONDS = 15.0
 READ_BLOCK_MS = 1000
 FORWARDED = {"batch", "epoch", "log", "system"}
 _STREAM_ID = re.compile(r"^\d+-\d+$")
-_JOB_FIELDS = (
+_JOB_FIELDS = (  # what job_state_dict reads
     "id",
     "state",
     "epochs",
@@ -72,7 +74,10 @@ async def _release_db() -> None:
 
 
 def _close_connection() -> None:
-    connection.close()  # looked up here, in the thread that holds the connection
+    # Looked up here, in the thread that holds the connection. Never inside a transaction
+    # (a test's, or a caller's that still needs it).
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 def sse(event: str, data, event_id: str | None = None) -> str:
@@ -81,26 +86,8 @@ def sse(event: str, data, event_id: str | None = None) -> str:
 
 
 async def job_state(job_id: int) -> dict | None:
-    row = await TrainingJob.objects.filter(pk=job_id).values(*_JOB_FIELDS).afirst()
-    if row is None:
-        return None
-    job = TrainingJob(state=row["state"])
-    return {
-        "id": row["id"],
-        "state": row["state"],
-        "state_display": job.get_state_display(),
-        "is_final": job.is_final,
-        "epochs": row["epochs"],
-        "epochs_done": row["epochs_done"],
-        "checkpoint_epoch": row["checkpoint_epoch"],
-        "device": row["device"],
-        "started_at": row["started_at"].isoformat() if row["started_at"] else None,
-        "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
-        "error": row["error"],
-        "attempts": row["attempts"],
-        "stop_requested": row["stop_requested_at"] is not None,
-        "cancel_requested": row["cancel_requested_at"] is not None,
-    }
+    job = await TrainingJob.objects.filter(pk=job_id).only(*_JOB_FIELDS).afirst()
+    return None if job is None else job_state_dict(job)
 
 
 def _decode(entry_id: bytes, fields: dict) -> tuple[str, int, int, dict] | None:
@@ -272,9 +259,11 @@ async def event_stream(job_id: int, last_event_id: str | None = None):
         await client.aclose()
 
 
-async def job_events(request: HttpRequest, ws_slug: str, pk: int) -> StreamingHttpResponse:
+async def job_events(request: HttpRequest, ws_slug: str, pk: int) -> HttpResponse:
     async with _db_turn():
         user = await request.auser()
+        if not user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
         access = await sync_to_async(workspace_access_for_user)(user=user, slug=ws_slug)
         found = await TrainingJob.objects.filter(workspace=access.workspace, pk=pk).aexists()
     if not found:

@@ -1,15 +1,42 @@
 """Reads of training jobs and trained models. Rows are reached through the caller's workspace."""
 
+from dataclasses import dataclass
+from decimal import Decimal
+
 from django.core.files import File
 from django.core.files.storage import default_storage
-from django.db.models import Case, FloatField, Max, OuterRef, QuerySet, Subquery, When
+from django.db.models import (
+    Case,
+    CharField,
+    DecimalField,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    Max,
+    OrderBy,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce, Concat, Lower, LPad, Now
 from django.http import Http404
 
 from datasets.models import DatasetVersion, Task
-from training.models import EpochMetric, LogChunk, TrainedModel, TrainingJob
-from workspaces.models import Workspace
+from training.models import (
+    FINAL_STATES,
+    EpochMetric,
+    JobState,
+    LogChunk,
+    ModelSize,
+    TrainedModel,
+    TrainingJob,
+)
+from workspaces.models import Project, Workspace
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_caller
 
 # The metric that ranks a job's epochs, per task: the one Ultralytics reports first for it.
@@ -20,17 +47,23 @@ PRIMARY_METRIC = {
     Task.POSE: ("metrics/mAP50(P)", "pose mAP50"),
     Task.CLASSIFY: ("metrics/accuracy_top1", "top-1 accuracy"),
 }
+# The metric runs of a project are compared by: Ultralytics' fitness leans on mAP50-95.
+MAIN_METRIC = {
+    Task.DETECT: ("metrics/mAP50-95(B)", "mAP50-95"),
+    Task.OBB: ("metrics/mAP50-95(B)", "mAP50-95"),
+    Task.SEGMENT: ("metrics/mAP50-95(M)", "mask mAP50-95"),
+    Task.POSE: ("metrics/mAP50-95(P)", "pose mAP50-95"),
+    Task.CLASSIFY: ("metrics/accuracy_top1", "top-1 accuracy"),
+}
 LOG_TAIL_LINES = 200
 LOG_TAIL_CHUNKS = 400  # a chunk holds at least one line
 
 
-def _best_primary_metric() -> Subquery:
-    """The best value of the job's primary metric over its epochs, computed in PostgreSQL."""
+def _best_metric(metrics: dict) -> Subquery:
+    """The best value of the job's metric (per task, from `metrics`) over its epochs, computed
+    in PostgreSQL."""
     value = Case(
-        *[
-            When(job__task=task, then=KT(f"values__{key}"))
-            for task, (key, _) in PRIMARY_METRIC.items()
-        ]
+        *[When(job__task=task, then=KT(f"values__{key}")) for task, (key, _) in metrics.items()]
     )
     best = (
         EpochMetric.objects.filter(job=OuterRef("pk"))
@@ -46,8 +79,190 @@ def job_list(*, workspace: Workspace) -> QuerySet[TrainingJob]:
     return (
         TrainingJob.objects.for_workspace(workspace)
         .select_related("project", "gpu_type", "dataset_version__dataset")
-        .annotate(best_metric=_best_primary_metric())
+        .annotate(best_metric=_best_metric(PRIMARY_METRIC))
     )
+
+
+# --- a project's runs, side by side -------------------------------------------------------------
+
+
+class _EpochSeconds(Func):
+    """Seconds in a PostgreSQL interval."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)"
+    output_field = FloatField()
+
+
+def _training_seconds() -> Func:
+    """finished_at − started_at, or the time so far for a job that has not ended."""
+    end = Coalesce("finished_at", Case(When(~Q(state__in=FINAL_STATES), then=Now())))
+    return _EpochSeconds(end - F("started_at"))
+
+
+def _cost_dollars(seconds) -> Func:
+    return Cast(
+        Cast(seconds, DecimalField(max_digits=20, decimal_places=6))
+        * F("gpu_type__hourly_price")
+        / Value(Decimal(3600)),
+        DecimalField(max_digits=20, decimal_places=6),
+    )
+
+
+def _rank(field: str, values: list[str]) -> Case:
+    """Order by a list of values (job states in their lifecycle, model sizes n to x)."""
+    whens = [When(**{field: v}, then=Value(i)) for i, v in enumerate(values)]
+    return Case(*whens, default=Value(len(values)), output_field=IntegerField())
+
+
+# Column → what it orders by; the page's ?sort= takes only these names.
+RUN_SORTS = {
+    "name": lambda: [Lower("sort_title")],
+    "state": lambda: [_rank("state", JobState.values)],
+    "model": lambda: [F("model_family"), _rank("model_size", ModelSize.values), F("task")],
+    "dataset": lambda: [Lower("dataset_version__dataset__name"), F("dataset_version__number")],
+    "epochs": lambda: [F("epochs_done"), F("epochs")],
+    "imgsz": lambda: [F("imgsz")],
+    "metric": lambda: [F("best_main")],
+    "time": lambda: [F("training_seconds")],
+    "cost": lambda: [F("cost")],
+    "created": lambda: [F("created_at")],
+}
+RUN_SORT_DEFAULT = ("created", "desc")
+RUN_SORT_DESC_FIRST = {"metric", "created"}  # best and newest first; the rest A to Z, small first
+
+
+def run_sort_clean(sort: str | None, direction: str | None) -> tuple[str, str]:
+    """The page's ?sort=&dir=, or the default (newest first) for anything else."""
+    if sort not in RUN_SORTS:
+        return RUN_SORT_DEFAULT
+    if direction not in ("asc", "desc"):
+        direction = "desc" if sort in RUN_SORT_DESC_FIRST else "asc"
+    return sort, direction
+
+
+def project_runs(
+    *, workspace: Workspace, project: Project, sort: str = "created", direction: str = "desc"
+) -> QuerySet[TrainingJob]:
+    """The project's jobs with their best main metric (best_main), training_seconds and cost
+    (dollars, Decimal), all computed in PostgreSQL, ordered by a column of RUN_SORTS. Empty
+    values (no epoch yet, not started) come last either way; ties keep the id order."""
+    sort, direction = run_sort_clean(sort, direction)
+    title = Concat(Value("Job "), LPad(Cast("pk", CharField()), 12, Value("0")))
+    runs = (
+        job_list(workspace=workspace)
+        .filter(project=project)
+        .annotate(
+            best_main=_best_metric(MAIN_METRIC),
+            training_seconds=_training_seconds(),
+            sort_title=Case(When(name="", then=title), default=F("name")),
+        )
+        .annotate(cost=_cost_dollars(F("training_seconds")))
+    )
+    descending = direction == "desc"
+    order: list[OrderBy] = [
+        expr.desc(nulls_last=True) if descending else expr.asc(nulls_last=True)
+        for expr in RUN_SORTS[sort]()
+    ]
+    return runs.order_by(*order, "-pk" if descending else "pk")
+
+
+def main_metric_label(task: str) -> str:
+    return MAIN_METRIC.get(task, ("", "metric"))[1]
+
+
+@dataclass
+class ArgumentRow:
+    name: str
+    values: list[str]
+
+    @property
+    def differs(self) -> bool:
+        return len(set(self.values)) > 1
+
+
+def _shown(value) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def compare_runs(*, workspace: Workspace, project: Project, ids: list[int]) -> list[TrainingJob]:
+    """The project's runs among `ids`, in the order of `ids`; ids of other projects' jobs are
+    left out (the caller checks that every id was found)."""
+    runs = project_runs(workspace=workspace, project=project).filter(pk__in=ids)
+    runs = runs.select_related("base_model")
+    by_id = {job.pk: job for job in runs}
+    return [by_id[pk] for pk in ids if pk in by_id]
+
+
+def compare_arguments(jobs: list[TrainingJob]) -> list[ArgumentRow]:
+    """One row per training argument, each run's value as shown; every extra_args key any run
+    set has its row (a run that did not set it shows —, Ultralytics' default)."""
+    rows = [
+        ArgumentRow("epochs", [_shown(j.epochs) for j in jobs]),
+        ArgumentRow("imgsz", [_shown(j.imgsz) for j in jobs]),
+        ArgumentRow("batch", ["auto" if j.batch == -1 else _shown(j.batch) for j in jobs]),
+        ArgumentRow("patience", [_shown(j.patience) for j in jobs]),
+        ArgumentRow("optimizer", [_shown(j.optimizer) for j in jobs]),
+        ArgumentRow("seed", [_shown(j.seed) for j in jobs]),
+        ArgumentRow("model", [j.model_name for j in jobs]),
+        ArgumentRow(
+            "weights",
+            [
+                f"{j.get_weights_display()}: {j.base_model.name}"
+                if j.base_model is not None
+                else j.get_weights_display()
+                for j in jobs
+            ],
+        ),
+        ArgumentRow(
+            "dataset version",
+            [f"{j.dataset_version.dataset.name} v{j.dataset_version.number}" for j in jobs],
+        ),
+        ArgumentRow("machine", [j.gpu_type.name for j in jobs]),
+    ]
+    keys = sorted({key for j in jobs for key in (j.extra_args or {})})
+    for key in keys:
+        rows.append(ArgumentRow(key, [_shown((j.extra_args or {}).get(key)) for j in jobs]))
+    return rows
+
+
+def _val_loss(values: dict) -> float | None:
+    """The sum of the epoch's validation losses (box, cls, dfl; seg or pose ones too)."""
+    losses = [
+        v
+        for k, v in values.items()
+        if k.startswith("val/") and isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    return sum(losses) if losses else None
+
+
+def compare_chart_data(jobs: list[TrainingJob]) -> dict:
+    """Per run, its epochs with the main metric and the total validation loss, for the
+    overlay charts (one query for all runs)."""
+    series = {
+        job.pk: {"id": job.pk, "label": job.title, "epochs": [], "metric": [], "val_loss": []}
+        for job in jobs
+    }
+    task_of = {job.pk: job.task for job in jobs}
+    rows = (
+        EpochMetric.objects.filter(job__in=list(series))
+        .order_by("job", "epoch")
+        .values_list("job_id", "epoch", "values")
+    )
+    for job_id, epoch, values in rows:
+        run = series[job_id]
+        value = values.get(MAIN_METRIC.get(task_of[job_id], ("", ""))[0])
+        run["epochs"].append(epoch)
+        run["metric"].append(value if isinstance(value, int | float) else None)
+        run["val_loss"].append(_val_loss(values))
+    labels = {main_metric_label(job.task) for job in jobs}
+    return {
+        "metric_label": labels.pop() if len(labels) == 1 else "main metric (per task)",
+        "runs": [series[job.pk] for job in jobs],
+    }
 
 
 def job_get(*, workspace: Workspace, pk: int) -> TrainingJob:
@@ -133,3 +348,24 @@ def stored_file_open(key: str) -> File:
         return default_storage.open(key, "rb")
     except FileNotFoundError:
         raise Http404("The file is no longer stored.") from None
+
+
+def job_state_dict(job: TrainingJob) -> dict:
+    """The job as the live page knows it: the event stream's `state` and `end` events and the
+    page's starting data."""
+    return {
+        "id": job.pk,
+        "state": job.state,
+        "state_display": job.get_state_display(),
+        "is_final": job.is_final,
+        "epochs": job.epochs,
+        "epochs_done": job.epochs_done,
+        "checkpoint_epoch": job.checkpoint_epoch,
+        "device": job.device,
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "error": job.error,
+        "attempts": job.attempts,
+        "stop_requested": job.stop_requested_at is not None,
+        "cancel_requested": job.cancel_requested_at is not None,
+    }

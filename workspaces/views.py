@@ -31,7 +31,8 @@ from workspaces.selectors import WorkspaceAccess
 from workspaces.services import ServiceError
 
 PAGE_SIZE = 25
-PROJECT_JOBS = 10  # the latest runs and models on a project's page; the rest under Training
+PROJECT_RUNS_PAGE = 25  # a project's runs, sortable, a page at a time
+PROJECT_MODELS = 10  # the current model and the latest ones; every job's model is on its page
 
 
 class HtmxHttpRequest(HttpRequest):  # for type hints, as django-htmx recommends
@@ -322,7 +323,12 @@ def project_create(request, access: WorkspaceAccess) -> HttpResponse:
 @workspace_view(Perm.READ)
 def project_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     project = selectors.project_get(workspace=access.workspace, pk=pk)
-    jobs = training_selectors.job_list(workspace=access.workspace).filter(project=project)
+    sort, direction = training_selectors.run_sort_clean(
+        request.GET.get("sort"), request.GET.get("dir")
+    )
+    runs = training_selectors.project_runs(
+        workspace=access.workspace, project=project, sort=sort, direction=direction
+    )
     models = training_selectors.model_list(workspace=access.workspace).filter(project=project)
     return render(
         request,
@@ -330,8 +336,10 @@ def project_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
         {
             "access": access,
             "project": project,
-            "jobs": jobs[:PROJECT_JOBS],
-            "models": models[:PROJECT_JOBS],
+            "runs": Paginator(runs, PROJECT_RUNS_PAGE).get_page(request.GET.get("page")),
+            "sort": sort,
+            "dir": direction,
+            "models": models.order_by("-is_current", "-created_at", "-id")[:PROJECT_MODELS],
         },
     )
 

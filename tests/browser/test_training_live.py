@@ -1,6 +1,7 @@
 """The whole of training from the browser, for real: a person starts a job on "This machine",
-watches the page follow it (htmx, no reload) while a real Celery worker trains yolo11n on real
-images, stops it, resumes it, and downloads the model it made."""
+watches the page follow it (server-sent events, no reload) while a real Celery worker trains
+yolo11n on real images, stops it, resumes it, and downloads the model it made. The pages are
+served by uvicorn (asgi_server): the job page's event stream is an async view."""
 
 import re
 
@@ -18,6 +19,13 @@ from training.models import JobState, TrainedModel, TrainingJob
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+# Points on the quality chart (precision, recall, mAP per epoch), read from Chart.js itself.
+POINTS = """() => {
+  const canvas = document.querySelector('[data-chart=quality] canvas');
+  const chart = canvas && Chart.getChart(canvas);
+  return chart ? chart.data.datasets[0].data.length : 0;
+}"""
+
 
 @pytest.fixture
 def worker(transactional_db):
@@ -31,7 +39,7 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
     new_page,
     screenshot,
     browser_problems,
-    live_server,
+    asgi_server,
     team,
     project,  # noqa: F811
     detect_version,  # noqa: F811
@@ -40,13 +48,13 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
 ):
     cache.clear()
     page = new_page("editor")
-    page.goto("/accounts/login/")
+    page.goto(f"{asgi_server}/accounts/login/")
     page.fill("input[name=login]", team.editor.email)
     page.fill("input[name=password]", PASSWORD)
     with page.expect_navigation():
         page.click("form button[type=submit]")
 
-    page.goto(f"/w/acme/projects/{project.pk}/train/")
+    page.goto(f"{asgi_server}/w/acme/projects/{project.pk}/train/")
     page.select_option("select[name=model_family]", "yolo11")
     page.check("input[name=weights][value=scratch]")
     page.fill("input[name=epochs]", "15")
@@ -66,7 +74,18 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
         timeout=120_000,
     )
     assert "CPU" in page.inner_text("[data-testid=job-device]")
+    page.click("#tab-charts")
+    # The chart gains points without a reload...
+    before = page.evaluate(POINTS)
+    page.wait_for_function(f"() => ({POINTS})() > {before}", timeout=60_000)
+    loads = page.evaluate("performance.getEntriesByType('navigation').length")
+    assert loads == 1
     screenshot(page, "running")
+    # ...and a reload mid-run shows the whole history at once.
+    seen = page.evaluate(POINTS)
+    page.reload()
+    page.click("#tab-charts")
+    page.wait_for_function(f"() => ({POINTS})() >= {seen}", timeout=10_000)
 
     page.click("[data-testid=job-stop]")
     page.locator("[data-testid=job-status][data-state=stopped]").wait_for(timeout=120_000)
@@ -79,6 +98,11 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
     page.wait_for_url(url)
     page.locator("[data-testid=job-status][data-state=succeeded]").wait_for(timeout=240_000)
     assert "Epoch 15 of 15" in page.inner_text("[data-testid=job-progress]")
+    page.click("#tab-results")
+    results = page.locator("#panel-results")
+    results.get_by_text("object").first.wait_for(timeout=20_000)  # per-class table, matrix
+    assert results.locator("img").count() >= 2  # curves, the confusion matrix, val images
+    screenshot(page, "results")
     page.reload()
     assert "mAP50" in page.inner_text("[data-testid=job-metrics]")
     assert page.locator("[data-testid=job-attempts] tbody tr").count() == 2

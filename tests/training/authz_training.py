@@ -1,7 +1,7 @@
 """Authorisation-matrix rows for training pages and the training API (tests/test_authz_matrix.py).
 
 @job is queued (it can be stopped or canceled), @stopped_job can be resumed, @finished_job has
-metrics, files and @model.
+metrics, files and @model; @compare_jobs are two runs of @project to compare.
 """
 
 from tests.test_authz_matrix import Row, _ws
@@ -29,14 +29,20 @@ ROUTES = [
     Row("job_list", "get", "viewer", 200, _ws()),
     Row("job_detail", "get", "viewer", 200, _ws(pk="@job")),
     Row("job_detail", "get", "viewer", 200, _ws(pk="@finished_job")),
+    # The live feed of a finished job: its snapshot, then the end (the stream closes by itself).
+    Row("job_events", "get", "viewer", 200, _ws(pk="@finished_job")),
     Row("job_stop", "post", "editor", 302, _ws(pk="@job")),
     Row("job_cancel", "get", "editor", 200, _ws(pk="@job")),
     Row("job_cancel", "post", "editor", 302, _ws(pk="@job")),
     Row("job_resume", "post", "editor", 302, _ws(pk="@stopped_job")),
     Row("job_artifact", "get", "viewer", 200, _ws(pk="@finished_job", name="last.pt")),
     Row("job_artifact", "get", "viewer", 404, _ws(pk="@finished_job", name="secret.pt")),
+    Row("job_log", "get", "viewer", 200, _ws(pk="@finished_job")),
+    Row("project_compare", "get", "viewer", 200, _ws(pk="@project"), {"jobs": "@compare_jobs"}),
+    Row("project_compare", "get", "viewer", 400, _ws(pk="@project"), {"jobs": "@job"}),
     Row("model_detail", "get", "viewer", 200, _ws(pk="@model")),
     Row("model_weights", "get", "viewer", 200, _ws(pk="@model")),
+    Row("model_promote", "post", "editor", 302, _ws(pk="@model")),
 ]
 
 
@@ -64,6 +70,7 @@ def training_ctx(values: dict) -> dict:
         "stopped_job": stopped.pk,
         "finished_job": done.pk,
         "model": done.model.pk,
+        "compare_jobs": [queued.pk, done.pk],
     }
 
 
@@ -115,6 +122,14 @@ def __getattr__(name: str):
         ),
         ApiRow(
             "/api/v1/models/{model_id}", "get", "viewer", "read", 200, ids={"model_id": "@model"}
+        ),
+        ApiRow(
+            "/api/v1/models/{model_id}/promote",
+            "post",
+            "editor",
+            "train",
+            200,
+            ids={"model_id": "@model"},
         ),
         ApiRow(
             "/api/v1/models/{model_id}/weights",

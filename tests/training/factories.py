@@ -1,11 +1,13 @@
 """Training rows as the engine leaves them, written directly: pages and the API read them
 without a worker having run anything."""
 
+import io
 from datetime import timedelta
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.utils import timezone
+from PIL import Image as PILImage
 
 from datasets.services.versions import version_create
 from tests.datasets.factories import (
@@ -136,4 +138,69 @@ def finished_job(*, project, version, gpu, user=None, state=JobState.SUCCEEDED) 
         weights_size=len(WEIGHTS),
         created_by=user,
     )
+    return job
+
+
+def jpg_bytes(width: int, height: int, color) -> bytes:
+    out = io.BytesIO()
+    PILImage.new("RGB", (width, height), color).save(out, format="JPEG")
+    return out.getvalue()
+
+
+JPG = jpg_bytes(320, 240, (200, 120, 60))  # stands in for Ultralytics' validation mosaics
+ANSI_LOG = [
+    "\x1b[34m\x1b[1mtrain:\x1b[0m Scanning labels... 4 images, 0 backgrounds",
+    "      Epoch    GPU_mem   box_loss   cls_loss",
+    "Traceback (most recent call last):",
+    '  File "train.py", line 1, in <module>',
+    "ValueError: not really, a test",
+    "\x1b[32mall good\x1b[0m after all",
+]
+
+
+def job_with_results(*, project, version, gpu, user=None) -> TrainingJob:
+    """finished_job with what the final validation leaves: per-class rows and a confusion
+    matrix for "bird" (the version's class) and "cat" (a class the dataset no longer has),
+    curves and validation images, and a coloured log from a second attempt."""
+    job = finished_job(project=project, version=version, gpu=gpu, user=user)
+    job.results = {
+        "per_class": [
+            {
+                "class": "bird",
+                "images": 4.0,
+                "instances": 10.0,
+                "precision": 0.9,
+                "recall": 0.8,
+                "mAP50": 0.7,
+                "mAP50-95": 0.5,
+            },
+            {
+                "class": "cat",
+                "images": 2.0,
+                "instances": 3.0,
+                "precision": 0.4,
+                "recall": 0.3,
+                "mAP50": 0.25,
+                "mAP50-95": 0.125,
+            },
+        ],
+        "confusion_matrix": {
+            "names": ["bird", "cat", "background"],
+            "matrix": [[8, 1, 2], [1, 2, 0], [1, 0, 0]],  # rows predicted, columns true
+        },
+    }
+    artifacts = dict(job.artifacts)
+    for name, data in (
+        ("BoxPR_curve.png", PNG),
+        ("BoxF1_curve.png", PNG),
+        ("confusion_matrix_normalized.png", PNG),
+        ("val_batch0_pred.jpg", JPG),
+        ("val_batch0_labels.jpg", JPG),
+    ):
+        key = f"training/jobs/{job.pk}/plots/{name}"
+        artifacts[name] = default_storage.save(key, ContentFile(data))
+    job.artifacts = artifacts
+    job.attempts = 2
+    job.save(update_fields=["results", "artifacts", "attempts"])
+    LogChunk.objects.create(job=job, attempt=2, seq=1, text="\n".join(ANSI_LOG))
     return job

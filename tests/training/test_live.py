@@ -114,6 +114,7 @@ def test_a_state_change_is_sent_and_the_end_closes_the_stream(running):
     async def scenario():
         stream = event_stream(running.pk)
         await stream.__anext__()  # snapshot
+
         def finish():
             TrainingJob.objects.filter(pk=running.pk).update(state=JobState.SUCCEEDED)
             training_redis().incr(state_rev_key(running.pk))  # what job_transition does

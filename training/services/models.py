@@ -65,3 +65,20 @@ def model_upload(
         storage_put_file(model.weights_key, Path(tmp.name))
     model.save(update_fields=["weights_key"])
     return model
+
+
+@transaction.atomic
+def model_promote(*, access: WorkspaceAccess, model: TrainedModel) -> TrainedModel:
+    """Make `model` its project's current model; the one that was current stops being so."""
+    access.require(Perm.TRAIN)
+    if model.workspace_id != access.workspace.pk:
+        raise ServiceError("This model belongs to another workspace.")
+    # Two promotions in one project wait for each other here rather than one failing on the
+    # one-current-model constraint.
+    Project.objects.select_for_update().filter(pk=model.project_id).first()
+    TrainedModel.objects.filter(project_id=model.project_id, is_current=True).exclude(
+        pk=model.pk
+    ).update(is_current=False)
+    model.is_current = True  # written even when it looks current: the row may be stale
+    model.save(update_fields=["is_current"])
+    return model

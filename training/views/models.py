@@ -1,0 +1,57 @@
+"""The model page, promoting a model, and its weights download."""
+
+from django.contrib import messages
+from django.http import FileResponse, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from training import selectors
+from training.services.models import model_promote
+from training.views.job_page import metric_groups
+from workspaces.decorators import workspace_view
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+
+
+@workspace_view(Perm.READ)
+@require_GET
+def model_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    model = selectors.model_get(workspace=access.workspace, pk=pk)
+    return render(
+        request,
+        "training/model_detail.html",
+        {"access": access, "model": model, "metrics": metric_groups(model.metrics)},
+    )
+
+
+@workspace_view(Perm.TRAIN)
+@require_POST
+def model_promote_view(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    """Make the model its project's current one; back to the page the button was on."""
+    model = selectors.model_get(workspace=access.workspace, pk=pk)
+    try:
+        model_promote(access=access, model=model)
+    except ServiceError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, f"{model.name} is now the current model of {model.project.name}.")
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(back)
+    return redirect("model_detail", ws_slug=access.workspace.slug, pk=model.pk)
+
+
+@workspace_view(Perm.READ)
+@require_GET
+def model_weights(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    model = selectors.model_get(workspace=access.workspace, pk=pk)
+    return FileResponse(
+        selectors.stored_file_open(model.weights_key),
+        filename=f"kestrel-model-{model.pk}-{model.architecture or 'yolo'}.pt",
+        as_attachment=True,
+        content_type="application/octet-stream",
+    )

@@ -1,0 +1,92 @@
+"""The form that starts a training job (or a quick test run) in a project."""
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from datasets.models import Task
+from training import selectors
+from training.forms import TrainForm
+from training.models import (
+    WeightsSource,
+)
+from training.services.arguments import extra_args_parse, pretrained_weights
+from training.services.catalog import gpu_choices
+from training.services.jobs import job_submit
+from workspaces import selectors as workspace_selectors
+from workspaces.decorators import workspace_view
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+from workspaces.services import ServiceError
+from workspaces.views import HtmxHttpRequest
+
+
+def _initial(versions, request) -> dict:
+    """The newest version (or ?version=<id>, e.g. from a version's page), and pretrained weights
+    when this server has them."""
+    asked = request.GET.get("version", "")
+    version = (versions.filter(pk=int(asked)).first() if asked.isdigit() else None) or (
+        versions.first()
+    )
+    task = version.dataset.task if version is not None else Task.DETECT
+    try:
+        pretrained_weights("yolo26", "n", task)
+        weights = WeightsSource.PRETRAINED
+    except ServiceError:
+        weights = WeightsSource.SCRATCH
+    return {"dataset_version": version, "weights": weights}
+
+
+@workspace_view(Perm.TRAIN)
+@require_http_methods(["GET", "POST"])
+def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    project = workspace_selectors.project_get(workspace=access.workspace, pk=pk)
+    versions = selectors.trainable_versions(workspace=access.workspace)
+    models = list(selectors.model_list(workspace=access.workspace))
+    machines = gpu_choices(workspace=access.workspace)
+    form = TrainForm(
+        request.POST or None, versions=versions, models=models, initial=_initial(versions, request)
+    )
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            extra_args = extra_args_parse(data["extra_args"])
+        except ServiceError as e:
+            form.add_error("extra_args", str(e))
+        else:
+            try:
+                job = job_submit(
+                    access=access,
+                    project=project,
+                    version=data["dataset_version"],
+                    gpu_type_id=data["gpu_type"],
+                    params=form.params(extra_args=extra_args),
+                    base_model=data["base_model"],
+                    quick_test="quick_test" in request.POST,
+                    notify_email=data["notify_email"],
+                    name=data["name"],
+                )
+            except ServiceError as e:
+                form.add_error(None, str(e))
+            else:
+                what = "Quick test run" if job.is_quick_test else "Training"
+                messages.success(request, f"{what} queued: {job.title}.")
+                return redirect("job_detail", ws_slug=access.workspace.slug, pk=job.pk)
+    if form.is_bound:
+        picked = form.data.get("gpu_type", "")
+    else:
+        picked = next((str(c.gpu.pk) for c in machines if c.available), "")
+    return render(
+        request,
+        "training/job_form.html",
+        {
+            "access": access,
+            "project": project,
+            "form": form,
+            "machines": machines,
+            "picked_gpu": picked,
+            "has_versions": versions.exists(),
+        },
+        status=400 if form.is_bound else 200,
+    )
