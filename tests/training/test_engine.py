@@ -329,3 +329,39 @@ def test_a_job_lost_three_times_fails_with_the_reason(team, project, detect_vers
     assert "lost 3 times" in job.error and "No heartbeat from gone:1:x" in job.error
     attempt = job.attempt_rows.get()
     assert attempt.end_reason == AttemptEnd.LOST and attempt.ended_at == long_ago
+
+
+def test_malformed_or_out_of_order_events_are_dropped_and_counted(
+    team, project, detect_version, gpu_local
+):
+    import json as json_
+
+    from training.supervisor import Supervisor, lease_take
+
+    job = submit(team, project, detect_version, gpu_local)
+    supervisor = Supervisor(lease_take(job.pk, "here:1:x"))
+
+    def entry(seq, kind="log", data=None, attempt=1):
+        payload = json_.dumps(data if data is not None else {"lines": [f"line {seq}"]})
+        return {b"a": str(attempt).encode(), b"s": str(seq).encode(), b"t": kind.encode(),
+                b"d": payload.encode()}  # fmt: skip
+
+    supervisor._handle(entry(1))
+    supervisor._handle(entry(3))
+    supervisor._handle(entry(2))  # out of order
+    supervisor._handle(entry(3))  # a repeat
+    supervisor._handle({b"a": b"1", b"s": b"4", b"t": b"log", b"d": b"{not json"})
+    supervisor._handle(entry(5, kind="rm -rf"))  # no such kind
+    supervisor._handle(entry(6, kind="epoch", data={"no": "epoch"}))  # missing fields
+    supervisor._handle(entry(7, attempt=0))  # an older attempt: ignored, not an error
+    assert list(LogChunk.objects.filter(job=job).values_list("seq", flat=True)) == [1, 3]
+    assert not EpochMetric.objects.filter(job=job).exists()
+    assert job_reload(job).dropped_events == 5
+
+    from django.test import Client
+
+    client = Client()
+    client.force_login(team.viewer)
+    page = client.get(f"/w/acme/training/jobs/{job.pk}/").content.decode()
+    assert "5 malformed or out-of-order messages from the trainer, not shown" in page
+    assert "line 2" not in page
