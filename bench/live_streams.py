@@ -78,6 +78,37 @@ async def publish(job_id: int, seconds: float) -> int:
     return sent
 
 
+SLOW_CLIENTS = 20
+SLOW_EVENTS = int(os.environ.get("SLOW_EVENTS", "3000"))
+
+
+async def slow_consumers(port: int, path: str, cookie: str, job_id: int, proc) -> tuple:
+    """Clients that open the stream and never read it: the server must not queue for them."""
+    from training.supervisor import stream_key, training_redis
+
+    writers = []
+    for _ in range(SLOW_CLIENTS):
+        _, writer = await asyncio.open_connection("127.0.0.1", port, limit=1024)
+        writer.transport.pause_reading()  # never read a byte
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n\r\n".encode())
+        writers.append(writer)
+    await asyncio.sleep(2)
+    before = proc.memory_info().rss / 2**20
+    redis = training_redis()
+    line = "x" * 4000
+    for seq in range(1, SLOW_EVENTS + 1):
+        fields = {"j": str(job_id), "a": "1", "s": str(10_000 + seq), "t": "log",
+                  "d": json.dumps({"lines": [line]})}  # fmt: skip
+        redis.xadd(stream_key(job_id), fields)
+        if seq % 500 == 0:
+            await asyncio.sleep(0.5)
+    await asyncio.sleep(3)
+    after = proc.memory_info().rss / 2**20
+    for writer in writers:
+        writer.close()
+    return before, after
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=200)
@@ -125,7 +156,7 @@ def main() -> None:
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning"],
+         "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"],
         cwd=ROOT, env=os.environ.copy(), start_new_session=True,
     )  # fmt: skip
     proc = psutil.Process(server.pid)
@@ -172,9 +203,12 @@ def main() -> None:
 
         counts, sent, connect_s, open_rss, cpu = asyncio.run(run())
         peak_rss = proc.memory_info().rss / 2**20
+        slow = asyncio.run(slow_consumers(port, path, cookie, job.pk, proc))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
+        started = time.monotonic()
         server.wait(timeout=30)
+        shutdown_s = time.monotonic() - started
         TrainingJob.objects.filter(pk=job.pk).delete()
     received = sorted(c - 1 for c in counts)  # minus the snapshot
     print(f"clients                         {args.clients} on one uvicorn process")
@@ -184,6 +218,10 @@ def main() -> None:
     print(f"server CPU while streaming      {cpu:.1f} s over {args.seconds:.0f} s"
           f" = {100 * cpu / args.seconds:.0f}% of one core")  # fmt: skip
     print(f"events published                {sent}")
+    print(f"server shutdown with streams open  {shutdown_s:.1f} s")
+    print(f"slow consumers ({SLOW_CLIENTS} that never read, {SLOW_EVENTS} events of 4 KiB "
+          f"= {SLOW_EVENTS * 4 * SLOW_CLIENTS // 1024} MiB owed): server RSS "
+          f"{slow[0]:.0f} → {slow[1]:.0f} MiB")  # fmt: skip
     print(f"events received per client      min {received[0]}, median "
           f"{received[len(received) // 2]}, max {received[-1]}")  # fmt: skip
 

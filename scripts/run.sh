@@ -50,7 +50,10 @@ fi
 $PY manage.py migrate --noinput -v0
 $PY manage.py seed_demo
 
-.venv/bin/uvicorn config.asgi:application --host "$HOST" --port "$PORT" --log-level warning &
+# Live job pages hold their event streams open for hours: on stop, give them 5 s, then close
+# (browsers reconnect by themselves and resume with Last-Event-ID).
+.venv/bin/uvicorn config.asgi:application --host "$HOST" --port "$PORT" --log-level warning \
+  --timeout-graceful-shutdown 5 &
 pids+=($!)
 .venv/bin/celery -A config worker -Q default --concurrency 2 --loglevel INFO \
   >var/log/worker.log 2>&1 &

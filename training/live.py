@@ -32,6 +32,8 @@ SNAPSHOT_SYSTEM_SAMPLES = 300
 STATE_CHECK_SECONDS = 1.0
 KEEPALIVE_SECONDS = 15.0
 READ_BLOCK_MS = 1000
+# Entries read at once: what one page that stops reading can hold in this process, at most.
+READ_COUNT = 50
 FORWARDED = {"batch", "epoch", "log", "system"}
 _STREAM_ID = re.compile(r"^\d+-\d+$")
 _JOB_FIELDS = (  # what job_state_dict reads
@@ -221,7 +223,7 @@ async def event_stream(job_id: int, last_event_id: str | None = None):
         checked = sent = time.monotonic()
         key = stream_key(job_id)
         while True:
-            replies = await client.xread({key: cursor}, count=200, block=READ_BLOCK_MS)
+            replies = await client.xread({key: cursor}, count=READ_COUNT, block=READ_BLOCK_MS)
             for _, entries in replies or []:
                 for entry_id, fields in entries:
                     cursor = entry_id.decode()
