@@ -11,16 +11,23 @@ yolo11n on the demo dataset's images and prints p50/p95/max of that latency (goa
 import argparse
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.common import (  # noqa: E402
+    demo_setup,
+    free_port,
+    session_cookie,
+    training_env,
+    training_worker,
+    web_server,
+)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
 # Playwright's sync API keeps an event loop in this thread; this script's ORM reads are plain.
@@ -49,86 +56,33 @@ CHROMIUM_ARGS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--imgsz", type=int, default=64)
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="kestrel-live-bench-"))
-    os.environ.update(
-        TRAINING_DIR=str(work / "training"),
-        MEDIA_ROOT=str(work / "media"),
-        TRAINING_ALLOW_DOWNLOADS="false",
-        TRAINING_QUEUE=f"training-live-bench-{os.getpid()}",
-    )
+    work = training_env("live-bench")
     import django
 
     django.setup()
-    from django.conf import settings
-    from django.contrib.auth import SESSION_KEY
-    from django.contrib.sessions.backends.db import SessionStore
-    from django.core.management import call_command
     from playwright.sync_api import sync_playwright
 
-    call_command("migrate", verbosity=0)
-    from bench.demo_train import write_yolo
-    from datasets.services.datasets import dataset_create
-    from datasets.services.ingest import dataset_import_path
-    from datasets.services.versions import version_create
-    from training.models import GpuType, TrainingJob
+    from training.models import TrainingJob
     from training.services.arguments import TrainParams
-    from training.services.catalog import gpu_catalog_seed
     from training.services.jobs import job_submit
-    from workspaces.models import Project, User
-    from workspaces.selectors import workspace_access_for_user
-    from workspaces.services import workspace_create_team
 
-    gpu_catalog_seed()
-    user, _ = User.objects.get_or_create(email="bench-latency@example.com")
-    team = workspace_create_team(user=user, name=f"bench latency {time.time():.0f}")
-    access = workspace_access_for_user(user=user, slug=team.slug)
-    project = Project.objects.create(workspace=team, name="bench", created_by=user)
-    write_yolo(work / "demo")
-    dataset = dataset_create(access=access, name="shapes", task="detect")
-    assert dataset_import_path(access=access, dataset=dataset, path=work / "demo").status == (
-        "succeeded"
-    )
-    version = version_create(access=access, dataset=dataset)
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    session["_auth_user_hash"] = user.get_session_auth_hash()
-    session.create()
-
+    demo = demo_setup(work, "bench-latency@example.com")
+    cookie_name, cookie_value = session_cookie(demo.user)
     port = free_port()
-    env = os.environ.copy()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-             "--port", str(port), "--log-level", "warning"],
-            cwd=ROOT, env=env, start_new_session=True,
-        ),
-        subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q",
-             settings.TRAINING_QUEUE, "--pool", "solo", "--loglevel", "WARNING",
-             "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, start_new_session=True,
-        ),
-    ]  # fmt: skip
+    procs = [web_server(port), training_worker()]
     try:
         time.sleep(4)  # both up
         job = job_submit(
-            access=access,
-            project=project,
-            version=version,
-            gpu_type_id=GpuType.objects.get(slug="local").pk,
+            access=demo.access,
+            project=demo.project,
+            version=demo.version,
+            gpu_type_id=demo.gpu.pk,
             params=TrainParams(
                 task="detect", model_family="yolo11", model_size="n", weights="scratch",
                 epochs=args.epochs, imgsz=args.imgsz, batch=16,
@@ -138,12 +92,11 @@ def main() -> None:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             context = browser.new_context()
             context.add_cookies(
-                [{"name": settings.SESSION_COOKIE_NAME, "value": session.session_key,
-                  "domain": "127.0.0.1", "path": "/"}]
+                [{"name": cookie_name, "value": cookie_value, "domain": "127.0.0.1", "path": "/"}]
             )  # fmt: skip
             context.add_init_script(MEASURE)
             page = context.new_page()
-            page.goto(f"http://127.0.0.1:{port}/w/{team.slug}/training/jobs/{job.pk}/")
+            page.goto(f"http://127.0.0.1:{port}/w/{demo.team.slug}/training/jobs/{job.pk}/")
             while not (job := TrainingJob.objects.get(pk=job.pk)).is_final:
                 time.sleep(0.5)
             time.sleep(1.5)

@@ -15,21 +15,17 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.common import free_port, session_cookie, web_server  # noqa: E402
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def client(port: int, path: str, cookie: str, counts: list, index: int, ready) -> None:
@@ -119,9 +115,6 @@ def main() -> None:
 
     django.setup()
     import psutil
-    from django.conf import settings
-    from django.contrib.auth import SESSION_KEY
-    from django.contrib.sessions.backends.db import SessionStore
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -146,19 +139,11 @@ def main() -> None:
         gpu_type=GpuType.objects.get(slug="local"), task="detect", model_family="yolo11",
         model_size="n", epochs=100, imgsz=640, batch=16, state=JobState.RUNNING, attempts=1,
     )  # fmt: skip
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
-    session["_auth_user_hash"] = user.get_session_auth_hash()
-    session.create()
-    cookie = f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+    cookie_name, cookie_value = session_cookie(user)
+    cookie = f"{cookie_name}={cookie_value}"
 
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"],
-        cwd=ROOT, env=os.environ.copy(), start_new_session=True,
-    )  # fmt: skip
+    server = web_server(port)
     proc = psutil.Process(server.pid)
     try:
         for _ in range(100):

@@ -17,12 +17,14 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.common import demo_setup, training_env, training_worker  # noqa: E402
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 PLAIN = """
@@ -47,57 +49,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="kestrel-train-bench-"))
-    os.environ.update(
-        TRAINING_DIR=str(work / "training"),
-        MEDIA_ROOT=str(work / "media"),
-        TRAINING_ALLOW_DOWNLOADS="false",
-        TRAINING_QUEUE=f"training-bench-{os.getpid()}",
-    )
+    work = training_env("train-bench")
     import django
 
     django.setup()
     from django.conf import settings
-    from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
-    from bench.demo_train import write_yolo
-    from datasets.services.datasets import dataset_create
-    from datasets.services.ingest import dataset_import_path
-    from datasets.services.versions import version_create
-    from training.models import GpuType, TrainingJob
+    from training.models import TrainingJob
     from training.services.arguments import TrainParams
-    from training.services.catalog import gpu_catalog_seed
     from training.services.jobs import job_submit
     from training.services.materialise import dataset_materialise
     from training.ultralytics_env import ultralytics_env
-    from workspaces.models import Project, User
-    from workspaces.selectors import workspace_access_for_user
-    from workspaces.services import workspace_create_team
 
-    gpu_catalog_seed()
-    user, _ = User.objects.get_or_create(email="bench-train@example.com")
-    team = workspace_create_team(user=user, name=f"bench train {time.time():.0f}")
-    access = workspace_access_for_user(user=user, slug=team.slug)
-    project = Project.objects.create(workspace=team, name="bench", created_by=user)
-    write_yolo(work / "demo")
-    dataset = dataset_create(access=access, name="shapes", task="detect")
-    imp = dataset_import_path(access=access, dataset=dataset, path=work / "demo")
-    assert imp.status == "succeeded", imp.error
-    version = version_create(access=access, dataset=dataset)
+    demo = demo_setup(work, "bench-train@example.com")
+    access, project, version, gpu = demo.access, demo.project, demo.version, demo.gpu
     data = dataset_materialise(version, workdir=settings.TRAINING_DIR)
-    gpu = GpuType.objects.get(slug="local")
 
     env = {
         **os.environ,
         **ultralytics_env(Path(settings.TRAINING_DIR) / "ultralytics-config", offline=True),
     }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q",
-         settings.TRAINING_QUEUE, "--pool", "solo", "--loglevel", "WARNING",
-         "--without-heartbeat", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env=env, start_new_session=True,
-    )  # fmt: skip
+    worker = training_worker(env)
     common = {
         "epochs": args.epochs,
         "imgsz": args.imgsz,

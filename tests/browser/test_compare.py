@@ -7,20 +7,12 @@ The runs are rows written directly (tests/training/factories.py), with their epo
 import pytest
 from django.core.cache import cache
 
+from tests.browser.helpers import log_in
 from tests.training.conftest import project  # noqa: F401 (fixture)
 from tests.training.factories import finished_job, local_gpu, small_version
-from tests.workspaces.factories import PASSWORD
 from training.models import EpochMetric, GpuType, TrainedModel
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _log_in(page, email: str) -> None:
-    page.goto("/accounts/login/")
-    page.fill("input[name=login]", email)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation():
-        page.click("form button[type=submit]")
 
 
 def _runs(team, project):  # noqa: F811
@@ -69,7 +61,7 @@ def test_compare_two_runs_and_promote_one(
     cache.clear()
     baseline, bigger, _longer = _runs(team, project)
     page = new_page("editor")
-    _log_in(page, team.editor.email)
+    log_in(page, team.editor.email)
 
     # The project page: every run with its best mAP50-95, time and cost; sortable.
     page.goto(f"/w/acme/projects/{project.pk}/")

@@ -11,19 +11,12 @@ from django.core.cache import cache
 
 from datasets.models import Dataset
 from datasets.services.demo import demo_dataset_seed
+from tests.browser.helpers import log_in
 from tests.datasets.archives import SHARED, zip_folder
-from tests.workspaces.factories import PASSWORD, MembershipFactory, UserFactory, WorkspaceFactory
+from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from workspaces.models import Role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _log_in(page, email: str) -> None:
-    page.goto("/accounts/login/")
-    page.fill("input[name=login]", email)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation():
-        page.click("form button[type=submit]")
 
 
 def test_upload_import_gallery_health_version_export_and_clone(
@@ -39,7 +32,7 @@ def test_upload_import_gallery_health_version_export_and_clone(
     archive = zip_folder(SHARED / "coco8", tmp_path / "coco8.zip", prefix="coco8/")
 
     page = new_page("owner")
-    _log_in(page, owner.email)
+    log_in(page, owner.email)
     page.goto("/w/raptor-lab/datasets/new/")
     page.fill("input[name=name]", "Street scenes")
     page.select_option("select[name=task]", "detect")
@@ -97,7 +90,7 @@ def test_upload_import_gallery_health_version_export_and_clone(
     elsewhere = WorkspaceFactory(name="Visitor Co", slug="visitor-co")
     MembershipFactory(workspace=elsewhere, user=other, role=Role.OWNER)
     visitor = new_page("visitor")
-    _log_in(visitor, other.email)
+    log_in(visitor, other.email)
     visitor.goto("/explore/")
     with visitor.expect_navigation():
         visitor.click(f"a[href='/explore/{demo.pk}/']")

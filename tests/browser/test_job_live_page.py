@@ -18,6 +18,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
+from tests.browser.helpers import log_in
 from tests.training.factories import (
     ANSI_LOG,
     JPG,
@@ -28,7 +29,6 @@ from tests.training.factories import (
     metrics_of,
     small_version,
 )
-from tests.workspaces.factories import PASSWORD
 from training.models import EpochMetric, JobState, LogChunk, TrainingJob
 from training.services.jobs import job_state_bump
 from training.supervisor import stream_key, training_redis
@@ -71,14 +71,6 @@ class Trainer:
 
     def close(self) -> None:
         self.redis.delete(stream_key(self.job.pk))
-
-
-def _log_in(page, base: str, email: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.fill("input[name=login]", email)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation():
-        page.click("form button[type=submit]")
 
 
 def _points(page, chart: str) -> list[int]:
@@ -160,7 +152,7 @@ def test_the_job_page_follows_a_run_without_reloading(
 
     page = new_page("editor")
     base = asgi_server
-    _log_in(page, base, team.editor.email)
+    log_in(page, team.editor.email, base)
     page.goto(f"{base}/w/acme/training/jobs/{job.pk}/")
     page.evaluate("window.__samePage = true")
     page.locator("#job-live[data-stream=open]").wait_for()
@@ -309,7 +301,7 @@ def test_a_finished_job_draws_its_charts_and_results_without_a_stream(
     project = Project.objects.create(workspace=team.workspace, name="Birds", created_by=team.owner)
     job = job_with_results(project=project, version=small_version(access=access), gpu=local_gpu())
     page = new_page("viewer")
-    _log_in(page, live_server.url, team.viewer.email)
+    log_in(page, team.viewer.email, live_server.url)
     page.goto(f"/w/acme/training/jobs/{job.pk}/")
     # Results first for a finished run; no stream is opened.
     assert page.get_attribute("#tab-results", "aria-selected") == "true"

@@ -9,20 +9,12 @@ import re
 import pytest
 from django.core.cache import cache
 
+from tests.browser.helpers import log_in
 from tests.training.conftest import detect_version, gpu_local, project  # noqa: F401 (fixtures)
 from tests.training.factories import finished_job
-from tests.workspaces.factories import PASSWORD
 from training.models import JobState, TrainingJob
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _log_in(page, email: str) -> None:
-    page.goto("/accounts/login/")
-    page.fill("input[name=login]", email)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation():
-        page.click("form button[type=submit]")
 
 
 def test_quick_test_run_from_the_project_page(
@@ -37,7 +29,7 @@ def test_quick_test_run_from_the_project_page(
 ):
     cache.clear()
     page = new_page("editor")
-    _log_in(page, team.editor.email)
+    log_in(page, team.editor.email)
 
     page.goto(f"/w/acme/projects/{project.pk}/")
     assert "No runs yet" in page.inner_text("[data-testid=project-jobs]")
