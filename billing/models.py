@@ -1,8 +1,11 @@
+from django.conf import settings
 from django.db import models
+
+MICRO = 1_000_000  # micro-credits in one credit; one credit is one US dollar
 
 
 class Plan(models.Model):
-    """What a workspace may use. Credits and GPU rules arrive with the billing issue."""
+    """What a workspace may use: seats, upload sizes, credits, concurrency, storage."""
 
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=60)
@@ -15,6 +18,19 @@ class Plan(models.Model):
     max_import_inflated_bytes = models.PositiveBigIntegerField(
         default=8 * 1024**3, help_text="Most bytes an uploaded archive may inflate to."
     )
+    signup_credits = models.PositiveBigIntegerField(
+        default=0, help_text="Micro-credits granted once, when the workspace's account opens."
+    )
+    monthly_credits = models.PositiveBigIntegerField(
+        default=0, help_text="Micro-credits granted at the start of each month."
+    )
+    max_concurrent_jobs = models.PositiveIntegerField(
+        default=1, help_text="Training jobs that may run at the same time."
+    )
+    storage_quota_bytes = models.PositiveBigIntegerField(
+        default=10 * 1000**3, help_text="Bytes of datasets, checkpoints and models."
+    )
+    max_deployments = models.PositiveIntegerField(default=1)
     is_default = models.BooleanField(
         default=False, help_text="Given to new workspaces. Exactly one plan is the default."
     )
@@ -32,3 +48,127 @@ class Plan(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class CreditAccount(models.Model):
+    """A workspace's credits. `balance` includes `held`; what can be spent is `available`.
+
+    Changed only by billing/ledger.py, together with a LedgerEntry, so `balance` and `held`
+    always equal what the entries add up to (`manage.py billing_reconcile` checks).
+
+    The account outlives its workspace (SET_NULL): ledger rows are append-only in the database,
+    so the history of a deleted workspace stays, with the slug it had.
+    """
+
+    workspace = models.OneToOneField(
+        "workspaces.Workspace",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="credit_account",
+    )
+    workspace_slug = models.SlugField(max_length=60, help_text="The slug when the account opened.")
+    balance = models.BigIntegerField(default=0)
+    held = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(balance__gte=models.F("held")),
+                name="billing_account_available_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(held__gte=0), name="billing_account_held_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Credits of {self.workspace_slug}"
+
+    @property
+    def available(self) -> int:
+        return self.balance - self.held
+
+
+class EntryKind(models.TextChoices):
+    """How each kind moves the account (amount in signed micro-credits).
+
+    grant, purchase, refund: amount > 0, balance += amount.
+    adjustment: amount ≠ 0 (either sign), balance += amount.
+    expire: amount < 0, balance += amount.
+    hold (placing or extending a job's hold): amount > 0, held += amount (available shrinks).
+    capture: amount < 0, balance += amount and held −= the part taken from the job's hold.
+    release: amount > 0, held −= amount (returns the rest of a hold to available).
+    """
+
+    GRANT = "grant", "Grant"
+    PURCHASE = "purchase", "Purchase"
+    HOLD = "hold", "Hold"
+    CAPTURE = "capture", "Capture"
+    RELEASE = "release", "Release"
+    REFUND = "refund", "Refund"
+    EXPIRE = "expire", "Expire"
+    ADJUSTMENT = "adjustment", "Adjustment"
+
+
+class LedgerEntry(models.Model):
+    """One movement of credits. Append-only: database triggers refuse UPDATE and DELETE.
+
+    `job` and `admin` keep their ids without a database constraint (DO_NOTHING): deleting a job
+    (with its workspace) or a user must not touch ledger rows, and the id stays as history.
+    """
+
+    account = models.ForeignKey(CreditAccount, on_delete=models.PROTECT, related_name="entries")
+    kind = models.CharField(max_length=12, choices=EntryKind.choices)
+    amount = models.BigIntegerField(help_text="Signed micro-credits (see EntryKind).")
+    hold_delta = models.BigIntegerField(
+        default=0, help_text="Change of the account's held micro-credits."
+    )
+    balance_after = models.BigIntegerField()
+    held_after = models.BigIntegerField()
+    job = models.ForeignKey(
+        "training.TrainingJob",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    payment_ref = models.CharField(max_length=200, blank=True)
+    period = models.CharField(
+        max_length=7, blank=True, help_text="YYYY-MM of a monthly grant (one per month)."
+    )
+    admin = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "ledger entries"
+        indexes = [models.Index(fields=["account", "-id"], name="billing_entry_account_id")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=EntryKind.values), name="billing_entry_kind_valid"
+            ),
+            models.UniqueConstraint(
+                fields=["payment_ref"],
+                condition=models.Q(kind="purchase") & ~models.Q(payment_ref=""),
+                name="billing_entry_purchase_once",
+            ),
+            models.UniqueConstraint(
+                fields=["account", "period"],
+                condition=~models.Q(period=""),
+                name="billing_entry_monthly_once",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount} µcr"

@@ -1,8 +1,9 @@
 from django.db import transaction
 
-from billing.models import Plan
+from billing.models import MICRO, Plan
 
 GIB = 1024**3
+GB = 1000**3
 
 DEFAULT_PLANS = [
     {
@@ -11,6 +12,11 @@ DEFAULT_PLANS = [
         "max_seats": 5,
         "max_upload_bytes": 2 * GIB,
         "max_import_inflated_bytes": 8 * GIB,
+        "signup_credits": 5 * MICRO,
+        "monthly_credits": 0,
+        "max_concurrent_jobs": 1,
+        "storage_quota_bytes": 10 * GB,
+        "max_deployments": 1,
         "is_default": True,
         "sort_order": 0,
     },
@@ -20,6 +26,11 @@ DEFAULT_PLANS = [
         "max_seats": 20,
         "max_upload_bytes": 20 * GIB,
         "max_import_inflated_bytes": 80 * GIB,
+        "signup_credits": 20 * MICRO,
+        "monthly_credits": 20 * MICRO,
+        "max_concurrent_jobs": 4,
+        "storage_quota_bytes": 200 * GB,
+        "max_deployments": 5,
         "sort_order": 1,
     },
     {
@@ -28,6 +39,11 @@ DEFAULT_PLANS = [
         "max_seats": 500,
         "max_upload_bytes": 200 * GIB,
         "max_import_inflated_bytes": 800 * GIB,
+        "signup_credits": 100 * MICRO,
+        "monthly_credits": 500 * MICRO,
+        "max_concurrent_jobs": 20,
+        "storage_quota_bytes": 5000 * GB,
+        "max_deployments": 50,
         "sort_order": 2,
     },
 ]

@@ -3,6 +3,7 @@ from django.http import Http404
 from ninja import NinjaAPI
 from ninja.security import django_auth
 
+from billing.api import router as billing_router
 from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
@@ -26,6 +27,7 @@ api.add_router("/", datasets_router)
 api.add_router("/", uploads_router)
 api.add_router("/", versions_router)
 api.add_router("/", training_router)
+api.add_router("/", billing_router)
 
 
 @api.exception_handler(PermissionDenied)

@@ -233,6 +233,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "datasets.blobs_collect_garbage",
         "schedule": crontab(hour=3, minute=41),
     },
+    # Daily, not monthly: once per workspace and month, so a missed first of the month is
+    # caught up the next day.
+    "billing-grant-monthly": {
+        "task": "billing.grant_monthly",
+        "schedule": crontab(hour=0, minute=7),
+    },
 }
 
 INVITATION_MAX_AGE = timedelta(days=14)
@@ -253,6 +259,10 @@ TRAINING_PROVIDERS = env.list("TRAINING_PROVIDERS", default=["local"])
 # Set: trainers send their events over HTTP to this Kestrel (what a cloud machine that cannot
 # reach Redis does), e.g. https://kestrel.example.com. Empty: straight to Redis.
 TRAINING_EVENTS_URL = env.str("TRAINING_EVENTS_URL", default="")
+# Stripe top-ups (test or live keys); both empty: top-ups are off and admins grant credits.
+STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", default="")
+STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
+STRIPE_CURRENCY = env.str("STRIPE_CURRENCY", default="usd")
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 MESSAGE_TAGS = {40: "error"}

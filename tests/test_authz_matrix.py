@@ -70,7 +70,7 @@ ROUTES = [
     Row("workspace_transfer", "post", "owner", 302, _ws(), {"membership": "@editor_membership"}),
     Row("workspace_leave", "get", "viewer", 200, _ws()),
     Row("workspace_leave", "post", "viewer", 302, _ws()),
-    Row("workspace_billing", "get", "admin", 200, _ws()),
+    Row("workspace_billing", "get", "viewer", 200, _ws()),
     Row("member_list", "get", "admin", 200, _ws()),
     Row("member_invite", "post", "admin", 302, _ws(), {"email": "n@acme.test", "role": "viewer"}),
     Row("member_role", "post", "admin", 302, _ws(pk="@editor_membership"), {"role": "viewer"}),

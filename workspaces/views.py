@@ -13,6 +13,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from billing import ledger
+from billing import selectors as billing_selectors
 from training import selectors as training_selectors
 from workspaces import selectors, services
 from workspaces.decorators import workspace_view
@@ -153,8 +155,12 @@ def workspace_leave(request, access: WorkspaceAccess) -> HttpResponse:
     return render(request, "workspaces/workspace_leave.html", {"access": access})
 
 
-@workspace_view(Perm.MANAGE_BILLING)
+@workspace_view(Perm.READ)
 def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
+    """Every member sees the credits (they decide whether training can start); buying them
+    needs MANAGE_BILLING."""
+    account = ledger.account_for(access.workspace)
+    usage = billing_selectors.usage_per_day(account=account)
     return render(
         request,
         "workspaces/workspace_billing.html",
@@ -162,6 +168,14 @@ def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
             "access": access,
             "plan": access.workspace.plan,
             "seats_used": selectors.workspace_seats_used(workspace=access.workspace),
+            "account": account,
+            "entries": page_of(request, billing_selectors.ledger_entry_list(account=account)),
+            "usage": usage,
+            "usage_chart": {
+                "labels": [row["day"].isoformat() for row in usage],
+                "micro": [row["spent"] for row in usage],
+            },
+            "job_costs": billing_selectors.job_costs(account=account),
         },
     )
 
