@@ -172,3 +172,51 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.amount} µcr"
+
+
+class PaymentStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PAID = "paid", "Paid"
+    DISPUTED = "disputed", "Amount differs: needs an administrator"
+
+
+class Payment(models.Model):
+    """One credit top-up through Stripe Checkout; fulfilled at most once (billing.payments)."""
+
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.SET_NULL, null=True, related_name="payments"
+    )
+    amount = models.BigIntegerField(help_text="Micro-credits bought.")
+    amount_cents = models.PositiveIntegerField(help_text="What Stripe charges, in cents.")
+    stripe_session_id = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    status = models.CharField(
+        max_length=10, choices=PaymentStatus.choices, default=PaymentStatus.PENDING
+    )
+    ledger_entry = models.ForeignKey(
+        "LedgerEntry", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount__gt=0), name="payment_positive")
+        ]
+
+    def __str__(self) -> str:
+        return f"Payment {self.pk} ({self.get_status_display()})"
+
+
+class StripeEvent(models.Model):
+    """Each webhook event id Stripe sent, recorded once: a replay changes nothing."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    kind = models.CharField(max_length=100)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.event_id

@@ -14,6 +14,7 @@ urlpatterns = [
     path("", include("training.views")),
     path("", include("training.trainer_events")),
     path("", include("training.live")),
+    path("", include("billing.views")),
 ]
 if settings.DEBUG:
     urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)

@@ -179,7 +179,7 @@ def _our_route_names(patterns=None, prefix="") -> set[str]:
 
 # Routes that no session reaches: a trainer's per-attempt token is their only key (their own
 # tests refuse every other token: tests/training/test_trainer_events.py).
-TOKEN_ROUTES = {"trainer_events"}
+TOKEN_ROUTES = {"trainer_events", "stripe_webhook"}
 
 
 def test_every_route_has_a_row():

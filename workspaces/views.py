@@ -13,8 +13,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from billing import ledger
+from billing import ledger, stripe_gateway
 from billing import selectors as billing_selectors
+from billing.payments import PRESET_CREDITS
 from training import selectors as training_selectors
 from workspaces import selectors, services
 from workspaces.decorators import workspace_view
@@ -176,6 +177,9 @@ def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
                 "micro": [row["spent"] for row in usage],
             },
             "job_costs": billing_selectors.job_costs(account=account),
+            "topups_enabled": stripe_gateway.enabled(),
+            "can_buy": access.can(Perm.MANAGE_BILLING),
+            "presets": PRESET_CREDITS,
         },
     )
 

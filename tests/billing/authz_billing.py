@@ -1,6 +1,14 @@
-"""Authorisation-matrix rows for the billing API (tests/test_authz_matrix.py)."""
+"""Authorisation-matrix rows for billing pages and the billing API (tests/test_authz_matrix.py).
 
-from tests.test_authz_matrix import ApiRow
+Without Stripe keys (as in tests) starting a top-up returns to the billing page with the reason;
+the webhook is signature-only (TOKEN_ROUTES; tests/billing/test_stripe.py)."""
+
+from tests.test_authz_matrix import ApiRow, Row, _ws
+
+ROUTES = [
+    Row("billing_topup", "post", "admin", 302, _ws(), {"credits": "25"}),
+    Row("billing_topup_done", "get", "viewer", 302, _ws()),
+]
 
 API = [
     ApiRow("/api/v1/workspaces/{slug}/billing/balance", "get", "viewer", "read", 200),
