@@ -401,6 +401,7 @@ class Callbacks:
             )
 
     def on_train_end(self, trainer) -> None:
+        _join_plotting_threads()  # Ultralytics draws validation images on threads of its own
         save_dir = Path(trainer.save_dir)
         plots = [*save_dir.glob("*.png"), *save_dir.glob("val_batch*.jpg")]
         self.events.emit(
@@ -414,6 +415,14 @@ class Callbacks:
                 "results": _final_results(trainer),
             },
         )
+
+
+def _join_plotting_threads(timeout: float = 30) -> None:
+    """Wait for Ultralytics' non-daemon plotting threads: this process ends with os._exit,
+    which would not wait for them, and their images are part of the results."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(timeout)
 
 
 def _final_results(trainer) -> dict:
@@ -501,6 +510,7 @@ def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     os.environ.update(spec.get("env", {}))
     code = run(spec)
+    _join_plotting_threads()
     sys.__stdout__.flush()
     sys.__stderr__.flush()
     # Everything is sent and saved: skip the interpreter's teardown of torch (~2 s of nothing).
