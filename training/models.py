@@ -122,6 +122,9 @@ class TrainingJob(models.Model):
         default=0, help_text="Malformed or out-of-order events from the trainer, not shown."
     )
     notify_email = models.BooleanField(default=False, help_text="Email the creator at the end.")
+    budget_cap = models.BigIntegerField(
+        null=True, blank=True, help_text="Micro-credits this job may spend at most; then it stops."
+    )
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -186,6 +189,9 @@ class TrainingAttempt(models.Model):
     started_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=10, choices=AttemptEnd.choices, blank=True)
+    billed_seconds = models.FloatField(
+        default=0, help_text="Machine seconds of this attempt already captured from credits."
+    )
     message = models.TextField(blank=True)
 
     class Meta:

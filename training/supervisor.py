@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from training.metering import meter, refund_platform_failure
 from training.models import (
     ACTIVE_STATES,
     AttemptEnd,
@@ -236,7 +237,10 @@ class Supervisor:
             )
             if self.handle is not None:
                 self.provider.terminate(self.handle, force=True)
-            self._fail("Kestrel lost track of the run (an internal error); see the worker log.")
+            self._fail(
+                "Kestrel lost track of the run (an internal error); see the worker log.",
+                platform=True,
+            )
             return
         self._finish()
 
@@ -342,6 +346,12 @@ class Supervisor:
             .get()
         )
         self.job.state = state
+        reason = meter(self.attempt.pk, now)
+        if reason and not stop_at and state != JobState.STOPPING:
+            # Credits (or the job's budget) cover no more: stop as a person would, keep the
+            # checkpoints; a top-up and Resume continue the run.
+            stop_at = now
+            self._transition(JobState.STOPPING, stop_requested_at=now, error=reason)
         if cancel_at and not self.canceling:
             self.canceling = True
             self.provider.terminate(self.handle, force=True)
@@ -508,12 +518,17 @@ class Supervisor:
         except redis.RedisError:
             logger.warning("job %s: could not remove its Redis keys", self.job.pk)
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, *, platform: bool = False) -> None:
+        """End as failed. A failure on Kestrel's side (not the data, arguments or weights) gives
+        back every credit the job spent."""
+        meter(self.attempt.pk, timezone.now())
         self._end_attempt(AttemptEnd.FAILED, message)
-        self._transition(JobState.FAILED, error=message)
+        if self._transition(JobState.FAILED, error=message) and platform:
+            refund_platform_failure(self.job, message)
         self._cleanup()
 
     def _finish(self) -> None:
+        meter(self.attempt.pk, timezone.now())  # the machine time up to the trainer's end
         if self.lost_lease:
             self._end_attempt(AttemptEnd.LOST, "Another attempt took the job over.")
             return
@@ -556,7 +571,10 @@ class Supervisor:
             if best is not None and best.is_file():
                 model = _model_create(job, best, end.get("names") or [], self.outcome.final_metrics)
             state = JobState.STOPPED if stopped else JobState.SUCCEEDED
-            job_transition(job, state, error="" if model else "Stopped before the first epoch.")
+            error = "" if model else "Stopped before the first epoch."
+            if stopped and job.error:  # why it was stopped (credits, budget) stays on the job
+                error = job.error
+            job_transition(job, state, error=error)
             self.job = job
         self._end_attempt(AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED)
         self._cleanup()
@@ -654,12 +672,9 @@ def job_lost(job: TrainingJob, message: str) -> None:
     if job.cancel_requested_at:
         job_transition(job, JobState.CANCELED)
     elif job.lost_attempts + 1 >= settings.TRAINING_MAX_ATTEMPTS:
-        job_transition(
-            job,
-            JobState.FAILED,
-            lost_attempts=job.lost_attempts + 1,
-            error=f"The run was lost {job.lost_attempts + 1} times; last: {message}",
-        )
+        error = f"The run was lost {job.lost_attempts + 1} times; last: {message}"
+        job_transition(job, JobState.FAILED, lost_attempts=job.lost_attempts + 1, error=error)
+        refund_platform_failure(job, error)
     else:
         job_requeue(job, lost=True, error="")
 
@@ -695,6 +710,8 @@ def jobs_reap() -> int:
                 f"No heartbeat from {job.lease_owner or 'its worker'} since {since:%H:%M:%S} UTC."
             )
             for attempt in TrainingAttempt.objects.filter(job=job, ended_at__isnull=True):
+                meter(attempt.pk, since)  # machine time up to its last sign of life
+                attempt.refresh_from_db(fields=["billed_seconds"])
                 attempt.ended_at = since
                 attempt.end_reason = AttemptEnd.LOST
                 attempt.message = message

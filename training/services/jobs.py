@@ -14,7 +14,9 @@ from django.utils import timezone
 from datasets.models import DatasetVersion, LabelKind, Task
 from datasets.services.health import dataset_training_blocked_reason
 from datasets.services.versions import version_manifest_load
+from training.metering import hold_for_start, settle
 from training.models import (
+    ACTIVE_STATES,
     JobState,
     TrainedModel,
     TrainingJob,
@@ -95,6 +97,8 @@ def job_transition(job: TrainingJob, to: str, **fields) -> None:
     for name, value in fields.items():
         setattr(job, name, value)
     job.save(update_fields=["state", "updated_at", *fields])
+    if job.is_final or to == JobState.STOPPED:
+        settle(job)  # whatever it still holds goes back to available credits
     job_state_bump(job.pk)
     if job.is_final and job.notify_email:
         transaction.on_commit(lambda: job_notify_end(job.pk))
@@ -234,6 +238,7 @@ def job_submit(
     _in_workspace(access, project, "project")
     _in_workspace(access, version.dataset, "dataset")
     gpu = gpu_pick(workspace=access.workspace, gpu_id=gpu_type_id)
+    _concurrency_check(access.workspace)
     blocked = dataset_training_blocked_reason(dataset=version.dataset)
     if blocked:
         raise ServiceError(blocked)
@@ -274,8 +279,24 @@ def job_submit(
         device=gpu.description or gpu.name,
         queued_at=timezone.now(),
     )
+    hold_for_start(job)  # refused (and nothing queued) when the credits are not there
     _enqueue(job.pk)
     return job
+
+
+def _concurrency_check(workspace) -> None:
+    plan = workspace.plan
+    limit = getattr(plan, "max_concurrent_jobs", None)
+    if not limit:
+        return
+    running = TrainingJob.objects.for_workspace(workspace).filter(
+        state__in=[JobState.QUEUED, *ACTIVE_STATES]
+    )
+    if running.count() >= limit:
+        raise ServiceError(
+            f"The {plan.name} plan runs {limit} training job{'s' if limit > 1 else ''} at a time, "
+            "and that many are queued or running; wait for one to end, or stop one."
+        )
 
 
 def _enqueue(job_id: int) -> None:
@@ -346,7 +367,9 @@ def job_resume(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
         )
     if job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs:
         raise ServiceError(f"{job.title} already trained all {job.epochs} epochs.")
+    _concurrency_check(job.workspace)
     job_requeue(job, lost=False)
+    hold_for_start(job)
     return job
 
 

@@ -1,0 +1,130 @@
+"""Paying for machine time: holds at submit, captures of the seconds used, the rest released;
+out of credits or over budget stops the job and keeps its checkpoints; platform failures are
+refunded. Real ledger, real worker, real training."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing.ledger import account_for, job_open_hold
+from billing.models import EntryKind, LedgerEntry
+from tests.training.conftest import job_reload, wait_state
+from tests.training.test_engine import submit
+from training.metering import meter, spent
+from training.models import AttemptEnd, JobState, TrainingAttempt, TrainingJob
+from training.supervisor import jobs_reap
+from workspaces.services import ServiceError
+
+# $3.60 an hour: 1,000 micro-credits a second, 0.9 credits for the 15 minutes a job holds.
+PRICE = "3.600"
+PER_SECOND = 1000
+
+
+@pytest.fixture
+def priced(gpu_local):
+    gpu_local.hourly_price = PRICE
+    gpu_local.save()
+    return gpu_local
+
+
+def available(team) -> int:
+    return account_for(team.workspace).available
+
+
+@pytest.mark.django_db
+def test_submit_holds_fifteen_minutes_and_refuses_without_credits(
+    team, project, detect_version, priced
+):
+    before = available(team)
+    job = submit(team, project, detect_version, priced)
+    assert job_open_hold(job) == 15 * 60 * PER_SECOND
+    assert available(team) == before - 15 * 60 * PER_SECOND
+    account = account_for(team.workspace)
+    account.balance = account.held + 100  # almost nothing left
+    account.save()
+    with pytest.raises(ServiceError, match="credits"):
+        submit(team, project, detect_version, priced)
+    assert TrainingJob.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_plan_limits_jobs_at_a_time(team, project, detect_version, gpu_local):
+    limit = team.workspace.plan.max_concurrent_jobs
+    for _ in range(limit):
+        submit(team, project, detect_version, gpu_local)
+    with pytest.raises(ServiceError, match=f"runs {limit} training jobs at a time"):
+        submit(team, project, detect_version, gpu_local)
+
+
+@pytest.mark.django_db
+def test_repeated_and_missed_heartbeats_charge_the_right_seconds(
+    team, project, detect_version, priced
+):
+    job = submit(team, project, detect_version, priced)
+    start = timezone.now() - timedelta(seconds=100)
+    attempt = TrainingAttempt.objects.create(job=job, number=1, worker="w")
+    TrainingAttempt.objects.filter(pk=attempt.pk).update(started_at=start)
+    meter(attempt.pk, start + timedelta(seconds=10))
+    meter(attempt.pk, start + timedelta(seconds=10))  # the same beat twice
+    assert spent(job) == 10 * PER_SECOND
+    meter(attempt.pk, start + timedelta(seconds=40))  # two beats missed: caught up
+    assert spent(job) == 40 * PER_SECOND
+    meter(attempt.pk, start + timedelta(seconds=30))  # late and out of order: nothing
+    assert spent(job) == 40 * PER_SECOND
+    captures = LedgerEntry.objects.filter(job_id=job.pk, kind=EntryKind.CAPTURE).count()
+    assert captures == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_job_is_charged_its_machine_time_and_releases_the_rest(
+    team, project, detect_version, priced, workers
+):
+    before = account_for(team.workspace).balance
+    job = submit(team, project, detect_version, priced, epochs=3)
+    workers.start()
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED)
+    assert job.state == JobState.SUCCEEDED, job.error
+    attempt = job.attempt_rows.get()
+    lifetime = (attempt.ended_at - attempt.started_at).total_seconds()
+    assert abs(attempt.billed_seconds - lifetime) <= 1.0  # within one heartbeat (1 s here)
+    assert spent(job) == pytest.approx(lifetime * PER_SECOND, abs=1.0 * PER_SECOND)
+    account = account_for(team.workspace)
+    assert account.held == 0 and job_open_hold(job) == 0
+    assert account.balance == before - spent(job)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_budget_cap_stops_the_job_and_keeps_its_checkpoints(
+    team, project, detect_version, priced, workers
+):
+    job = submit(team, project, detect_version, priced, epochs=60)
+    TrainingJob.objects.filter(pk=job.pk).update(budget_cap=4 * PER_SECOND)  # four seconds
+    workers.start()
+    job = wait_state(job, JobState.STOPPED, JobState.SUCCEEDED, JobState.FAILED, timeout=120)
+    assert job.state == JobState.STOPPED and "budget cap" in job.error
+    assert job.checkpoint_epoch and job.epochs_done < 60
+    assert job_open_hold(job) == 0
+
+
+@pytest.mark.django_db
+def test_a_run_lost_three_times_is_refunded(team, project, detect_version, priced):
+    job = submit(team, project, detect_version, priced)
+    long_ago = timezone.now() - timedelta(minutes=5)
+    attempt = TrainingAttempt.objects.create(job=job, number=3, worker="gone:1:x")
+    TrainingAttempt.objects.filter(pk=attempt.pk).update(
+        started_at=long_ago - timedelta(seconds=60)
+    )
+    TrainingJob.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING, heartbeat_at=long_ago, lost_attempts=2, attempts=3,
+        lease_owner="gone:1:x", lease_until=long_ago,
+    )  # fmt: skip
+    assert jobs_reap() == 1
+    job = job_reload(job)
+    assert job.state == JobState.FAILED
+    assert job.attempt_rows.get().end_reason == AttemptEnd.LOST
+    assert job.attempt_rows.get().billed_seconds == pytest.approx(60, abs=0.01)
+    assert spent(job) == 0  # charged 60 s up to its last heartbeat, then given back
+    refund = LedgerEntry.objects.get(job_id=job.pk, kind=EntryKind.REFUND)
+    assert refund.amount == 60 * PER_SECOND and "Kestrel's side" in refund.reason
+    assert job_open_hold(job) == 0

@@ -1,0 +1,114 @@
+"""Paying for machine time: a hold when a job is queued, captures of the seconds actually used
+at every heartbeat, the rest released when it ends. Free machines ("This machine" at $0) are
+not metered.
+
+Captures are cumulative per attempt: at each beat the attempt is charged for (now − its start)
+minus what it was already charged, in the same transaction as the record of it, so a repeated
+heartbeat charges nothing and a missed one is caught up by the next.
+"""
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Sum
+
+from billing.ledger import (
+    InsufficientCredits,
+    credits_refund,
+    hold_capture,
+    hold_extend,
+    hold_place,
+    hold_release,
+    job_open_hold,
+)
+from billing.models import MICRO, EntryKind, LedgerEntry
+from training.models import TrainingAttempt, TrainingJob
+
+HOLD_MINIMUM_SECONDS = 15 * 60  # a job holds at least a quarter of an hour of its machine
+NEXT_SLICE_SECONDS = 5 * 60  # kept held ahead while it runs
+
+
+def rate(job: TrainingJob) -> Decimal:
+    """Micro-credits per second of the job's machine."""
+    return Decimal(job.gpu_type.hourly_price) * MICRO / 3600
+
+
+def metered(job: TrainingJob) -> bool:
+    return job.gpu_type.hourly_price > 0
+
+
+def _micro(seconds: float, job: TrainingJob) -> int:
+    return int((Decimal(str(seconds)) * rate(job)).to_integral_value())
+
+
+def hold_for_start(job: TrainingJob, *, estimate_seconds: float | None = None) -> None:
+    """Set aside the job's estimate (at least 15 minutes of its machine) before it is queued;
+    raises InsufficientCredits (a ServiceError with the figures) when it is not available."""
+    if not metered(job):
+        return
+    seconds = max(estimate_seconds or 0, HOLD_MINIMUM_SECONDS)
+    amount = _micro(seconds, job)
+    if job.budget_cap:
+        amount = min(amount, job.budget_cap)
+    hold_place(job.workspace, job, amount)
+
+
+def spent(job: TrainingJob) -> int:
+    """Micro-credits the job has spent (captures less refunds)."""
+    total = LedgerEntry.objects.filter(
+        job_id=job.pk, kind__in=[EntryKind.CAPTURE, EntryKind.REFUND]
+    ).aggregate(s=Sum("amount"))["s"]
+    return -(total or 0)
+
+
+def meter(attempt_id: int, until: datetime) -> str | None:
+    """Capture the attempt's machine time up to `until`, then make sure the next slice is held.
+    Returns why the job must stop (its budget cap, or credits run out), or None."""
+    with transaction.atomic():
+        attempt = (
+            TrainingAttempt.objects.select_for_update()
+            .select_related("job__gpu_type", "job__workspace")
+            .get(pk=attempt_id)
+        )
+        job = attempt.job
+        if not metered(job):
+            return None
+        due_seconds = max(0.0, (until - attempt.started_at).total_seconds())
+        amount = _micro(due_seconds, job) - _micro(attempt.billed_seconds, job)
+        if amount > 0:
+            try:
+                hold_capture(job, amount)
+            except InsufficientCredits:  # billed as soon as credits arrive (the next meter)
+                return "Out of credits: the time used so far could not be paid; top up and resume."
+            attempt.billed_seconds = due_seconds
+            attempt.save(update_fields=["billed_seconds"])
+    if job.budget_cap and spent(job) >= job.budget_cap:
+        return "The job reached its budget cap; raise it and resume to train on."
+    ahead = _micro(NEXT_SLICE_SECONDS, job)
+    held = job_open_hold(job)
+    if held < ahead:
+        try:
+            if held > 0:
+                hold_extend(job, ahead)
+            else:
+                hold_place(job.workspace, job, ahead)
+        except InsufficientCredits:
+            return (
+                f"Out of credits for the next {NEXT_SLICE_SECONDS // 60} minutes of "
+                f"{job.gpu_type.name}; top up and resume: it continues from its checkpoint."
+            )
+    return None
+
+
+def refund_platform_failure(job: TrainingJob, reason: str) -> None:
+    """Give back everything a job spent when it failed on Kestrel's side."""
+    amount = spent(job)
+    if metered(job) and amount > 0:
+        credits_refund(job, amount, reason=f"Failed on Kestrel's side: {reason}"[:500])
+
+
+def settle(job: TrainingJob) -> None:
+    """The job has ended (or waits for a person): give back what it still holds."""
+    if metered(job):
+        hold_release(job)
