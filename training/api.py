@@ -6,15 +6,26 @@ from datetime import datetime
 from django.http import FileResponse, Http404, HttpRequest
 from ninja import Field, Router, Schema, Status
 
+from datasets.models import Task
 from training import selectors
-from training.models import TrainedModel, TrainingJob, WeightsSource
-from training.services.arguments import TrainParams, extra_args_parse
+from training.estimator import EstimateConfig, estimates_for, version_images
+from training.models import ModelFamily, ModelSize, TrainedModel, TrainingJob, WeightsSource
+from training.services.arguments import (
+    BATCH_MAX,
+    EPOCHS_MAX,
+    IMGSZ_MAX,
+    IMGSZ_MIN,
+    IMGSZ_STRIDE,
+    TrainParams,
+    extra_args_parse,
+)
 from training.services.jobs import job_cancel, job_resume, job_stop, job_submit
 from training.services.models import model_promote
 from training.supervisor import job_progress
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import project_get, workspace_access_for_caller
+from workspaces.services import ServiceError
 
 router = Router(tags=["training"])
 
@@ -312,3 +323,100 @@ def model_promote_api(request: HttpRequest, model_id: int):
     )
     model = model_promote(access=access, model=model)
     return model_out(model, workspace_slug=access.workspace.slug)
+
+
+class EstimateIn(Schema):
+    project_id: int
+    dataset_version_id: int | None = Field(
+        None, description="Counts its images; or give train_images (and val_images)."
+    )
+    train_images: int | None = Field(None, ge=1)
+    val_images: int = Field(0, ge=0)
+    task: str | None = Field(None, description="Empty: the dataset version's task (else detect).")
+    model_family: str = "yolo26"
+    model_size: str = "n"
+    imgsz: int = 640
+    epochs: int = 100
+    batch: int = Field(-1, description="-1: automatic.")
+
+
+class EstimateOut(Schema):
+    gpu_type_id: int
+    gpu_type: str
+    name: str
+    available: bool
+    reason: str
+    fits_in_memory: bool
+    vram_needed_gb: float
+    seconds_low: int
+    seconds: int
+    seconds_high: int
+    credits: int = Field(description="Micro-credits.")
+    credits_high: int
+    bottleneck: str
+    explanation: str
+    calibration_jobs: int
+    cheapest: bool
+    fastest: bool
+    best_value: bool
+
+
+@router.post("/training/estimate", response=list[EstimateOut])
+def job_estimate(request: HttpRequest, payload: EstimateIn):
+    """Time, cost and memory fit of a job on every machine of the catalog, before it runs."""
+    slug = (
+        Project.objects.filter(pk=payload.project_id)
+        .values_list("workspace__slug", flat=True)
+        .first()
+    )
+    if slug is None:
+        raise Http404("No such project.")
+    access = workspace_access_for_caller(auth=request.auth, user=request.user, slug=slug)
+    access.require(Perm.TRAIN)
+    project_get(workspace=access.workspace, pk=payload.project_id)
+    if payload.dataset_version_id is not None:
+        version = selectors.trainable_version_get(
+            workspace=access.workspace, pk=payload.dataset_version_id
+        )
+        train, val = version_images(version)
+        task = payload.task or version.dataset.task
+    elif payload.train_images:
+        train, val, task = payload.train_images, payload.val_images, payload.task or "detect"
+    else:
+        raise ServiceError("Give dataset_version_id, or train_images.")
+    if task not in Task.values:
+        raise ServiceError(f"Unknown task {task!r}.")
+    if payload.model_family not in ModelFamily.values:
+        raise ServiceError(f"Unknown model family {payload.model_family!r}.")
+    if payload.model_size not in ModelSize.values:
+        raise ServiceError(f"Unknown model size {payload.model_size!r}.")
+    if not IMGSZ_MIN <= payload.imgsz <= IMGSZ_MAX or payload.imgsz % IMGSZ_STRIDE:
+        raise ServiceError(f"Image size must be a multiple of {IMGSZ_STRIDE} up to {IMGSZ_MAX}.")
+    if not 1 <= payload.epochs <= EPOCHS_MAX:
+        raise ServiceError(f"Epochs must be 1 to {EPOCHS_MAX}.")
+    if not (payload.batch == -1 or 1 <= payload.batch <= BATCH_MAX):
+        raise ServiceError(f"Batch must be -1 (auto) or 1 to {BATCH_MAX}.")
+    config = EstimateConfig(
+        task=task,
+        model_family=payload.model_family,
+        model_size=payload.model_size,
+        imgsz=payload.imgsz,
+        epochs=payload.epochs,
+        batch=payload.batch,
+        train_images=train,
+        val_images=val,
+    )
+    return [
+        EstimateOut(
+            gpu_type_id=row.gpu.pk,
+            gpu_type=row.gpu.slug,
+            name=row.gpu.name,
+            available=row.available,
+            reason=row.reason,
+            cheapest=row.cheapest,
+            fastest=row.fastest,
+            best_value=row.best_value,
+            **row.estimate.__dict__,
+        )
+        for row in estimates_for(config, access.workspace)
+    ]

@@ -26,6 +26,7 @@ FORM = {
 ROUTES = [
     Row("job_create", "get", "editor", 200, _ws(pk="@project")),
     Row("job_create", "post", "editor", 302, _ws(pk="@project"), FORM),
+    Row("job_estimate", "get", "editor", 200, _ws(pk="@project"), FORM),
     Row("job_list", "get", "viewer", 200, _ws()),
     Row("job_detail", "get", "viewer", 200, _ws(pk="@job")),
     Row("job_detail", "get", "viewer", 200, _ws(pk="@finished_job")),
@@ -99,6 +100,20 @@ def __getattr__(name: str):
                 "weights": "scratch",
                 "epochs": 1,
                 "imgsz": 64,
+            },
+        ),
+        ApiRow(
+            "/api/v1/training/estimate",
+            "post",
+            "editor",
+            "train",
+            200,
+            {
+                "project_id": "@project",
+                "dataset_version_id": "@train_version",
+                "model_family": "yolo11",
+                "imgsz": 64,
+                "epochs": 1,
             },
         ),
         ApiRow("/api/v1/training/jobs/{job_id}", "get", "viewer", "read", 200, ids=job),

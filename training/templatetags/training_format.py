@@ -31,3 +31,9 @@ def dollars(amount) -> str:
     if cents == 0 and amount > 0:
         return "< $0.01"
     return f"${cents:,}"
+
+
+@register.filter
+def from_micro(micro) -> Decimal | None:
+    """Micro-credits as credits (one credit is one US dollar), for `dollars`."""
+    return None if micro is None else Decimal(int(micro)) / 1_000_000

@@ -4,6 +4,7 @@ runs compared side by side, the model page, and downloads of checkpoints, plots 
 from django.urls import path
 
 from training.views.compare import project_compare
+from training.views.estimate import job_estimate
 from training.views.jobs import (
     job_artifact,
     job_cancel_view,
@@ -20,6 +21,7 @@ W = "w/<slug:ws_slug>/"
 JOB = W + "training/jobs/<int:pk>/"
 urlpatterns = [
     path(W + "projects/<int:pk>/train/", job_create, name="job_create"),
+    path(W + "projects/<int:pk>/train/estimate/", job_estimate, name="job_estimate"),
     path(W + "projects/<int:pk>/compare/", project_compare, name="project_compare"),
     path(W + "training/", job_list, name="job_list"),
     path(JOB, job_detail, name="job_detail"),

@@ -14,6 +14,7 @@ from training.models import (
 from training.services.arguments import extra_args_parse, pretrained_weights
 from training.services.catalog import gpu_choices
 from training.services.jobs import job_submit
+from training.views.estimate import estimate_config, estimate_rows
 from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -75,8 +76,15 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                 return redirect("job_detail", ws_slug=access.workspace.slug, pk=job.pk)
     if form.is_bound:
         picked = form.data.get("gpu_type", "")
+        config = estimate_config(form.data, versions)
     else:
         picked = next((str(c.gpu.pk) for c in machines if c.available), "")
+        config = estimate_config(
+            {name: form[name].value() for name in form.fields},
+            versions,
+            initial_version=form.initial.get("dataset_version"),
+        )
+    estimates, estimate_missing = estimate_rows(config, access.workspace)
     return render(
         request,
         "training/job_form.html",
@@ -87,6 +95,9 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
             "machines": machines,
             "picked_gpu": picked,
             "has_versions": versions.exists(),
+            "estimate_config": config,
+            "estimates": estimates,
+            "estimate_missing": estimate_missing,
         },
         status=400 if form.is_bound else 200,
     )

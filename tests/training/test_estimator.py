@@ -1,0 +1,298 @@
+"""The estimator: FLOPs measured by Ultralytics in a subprocess, time, cost and memory per
+machine, the marks, calibration from finished jobs, the form's panel and the API."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from tests.training.factories import job_row, small_version
+from training import estimator
+from training.estimator import (
+    EstimateConfig,
+    calibration_for,
+    config_of_job,
+    estimate,
+    estimates_for,
+    flops_measure,
+    model_cost,
+)
+from training.models import GpuType, JobState
+from training.services.catalog import gpu_catalog_seed
+from workspaces.services import api_key_create
+
+pytestmark = pytest.mark.django_db
+
+
+def _config(**overrides) -> EstimateConfig:
+    values = {
+        "task": "detect",
+        "model_family": "yolo11",
+        "model_size": "n",
+        "imgsz": 640,
+        "epochs": 100,
+        "batch": 16,
+        "train_images": 10_000,
+        "val_images": 1_000,
+    }
+    return EstimateConfig(**{**values, **overrides})
+
+
+@pytest.fixture
+def catalog(settings):
+    settings.TRAINING_PROVIDERS = ["local", "skypilot"]
+    gpu_catalog_seed()
+    return {gpu.slug: gpu for gpu in GpuType.objects.all()}
+
+
+# --- FLOPs -------------------------------------------------------------------------------------
+
+
+def test_flops_of_yolo11n_match_ultralytics_published_figure():
+    cost = flops_measure("yolo11n.yaml", 640)
+    assert cost.gflops == pytest.approx(6.5, rel=0.10)  # docs.ultralytics.com/models/yolo11
+    assert cost.params == pytest.approx(2.6e6, rel=0.05)
+
+
+def test_flops_scale_with_the_square_of_the_image_size():
+    at_640 = flops_measure("yolo11s.yaml", 640)
+    for imgsz in (320, 1280):
+        measured = flops_measure("yolo11s.yaml", imgsz).gflops
+        assert at_640.forward_gflops(imgsz) == pytest.approx(measured, rel=0.06)
+
+
+def test_a_cached_model_cost_runs_no_subprocess():
+    key = estimator._flops_key("yolo11n-pose.yaml", 640)
+    cache.delete(key)
+    estimator._flops_memory.pop(key, None)
+    before = estimator.flops_measurements
+    first = model_cost("yolo11", "n", "pose")
+    assert estimator.flops_measurements == before + 1
+    estimator._flops_memory.clear()  # another process: only the shared cache has it
+    assert model_cost("yolo11", "n", "pose") == first
+    assert model_cost("yolo11", "n", "pose") == first
+    assert estimator.flops_measurements == before + 1
+
+
+# --- one machine -------------------------------------------------------------------------------
+
+
+def test_memory_fit_depends_on_batch_and_card(catalog):
+    big = _config(model_size="x", imgsz=1280, batch=32)
+    small_card = estimate(big, catalog["rtx-2000-ada"])
+    assert not small_card.fits_in_memory
+    assert small_card.vram_needed_gb > 16
+    assert "more than its 16 GB" in small_card.explanation
+    assert estimate(big, catalog["b200"]).fits_in_memory
+    assert estimate(_config(batch=16), catalog["rtx-2000-ada"]).fits_in_memory
+    auto = estimate(_config(model_size="x", imgsz=1280, batch=-1), catalog["rtx-2000-ada"])
+    assert auto.fits_in_memory and "“auto”" in auto.explanation and "so it fits" in auto.explanation
+
+
+def test_nano_at_640_waits_on_data_and_x_at_1280_on_compute(catalog):
+    h100 = catalog["h100-80gb"]
+    nano = estimate(_config(), h100)
+    assert nano.bottleneck == "data loading"
+    assert nano.explanation.startswith(
+        "A nano model at 640 px is limited by data loading: a faster GPU saves little."
+    )
+    x = estimate(_config(model_size="x", imgsz=1280), h100)
+    assert x.bottleneck == "compute"
+    assert "limited by the GPU's compute" in x.explanation
+    assert x.seconds > 3 * nano.seconds
+    # A short job is mostly the machine starting.
+    short = estimate(_config(epochs=1, train_images=50, val_images=10), h100)
+    assert short.bottleneck == "start-up"
+    # Data-bound: a card 20× slower takes about as long; compute-bound: far longer.
+    slow = catalog["rtx-2000-ada"]
+    assert estimate(_config(), slow).seconds == pytest.approx(nano.seconds, rel=0.1)
+    assert estimate(_config(model_size="x", imgsz=1280, batch=-1), slow).seconds > 5 * x.seconds
+
+
+def test_cost_is_time_times_price_in_microcredits(catalog):
+    gpu = catalog["l40s"]
+    e = estimate(_config(), gpu)
+    assert e.credits == int(round(e.seconds) * gpu.hourly_price / 3600 * 1_000_000)
+    assert e.seconds_low < e.seconds < e.seconds_high
+    assert estimate(_config(), catalog["local"]).credits == 0
+
+
+def test_marks_cheapest_fastest_and_best_value_among_usable_machines(catalog, team):
+    config = _config(model_size="x", imgsz=1280, batch=32)
+    rows = estimates_for(config, team.workspace)
+    assert [r.gpu.slug for r in rows] == [c.slug for c in GpuType.objects.filter(is_active=True)]
+    usable = [r for r in rows if r.available and r.estimate.fits_in_memory]
+    assert len(usable) < len(rows)  # the small cards cannot hold batch 32 of x at 1280
+    marked = {
+        mark: [r.gpu.slug for r in rows if getattr(r, mark)]
+        for mark in ("cheapest", "fastest", "best_value")
+    }
+    assert marked["cheapest"] == ["local"]  # free
+    fastest = min(usable, key=lambda r: r.estimate.seconds)
+    assert marked["fastest"] == [fastest.gpu.slug]
+    paid = [r for r in usable if r.estimate.credits]
+    best = min(paid, key=lambda r: r.estimate.seconds * r.estimate.credits)
+    assert marked["best_value"] == [best.gpu.slug]
+    for r in rows:
+        if not r.estimate.fits_in_memory:
+            assert not (r.cheapest or r.fastest or r.best_value)
+
+
+def test_machines_the_plan_lacks_keep_their_reason_and_get_no_mark(catalog, stranger):
+    from workspaces.models import Workspace
+
+    workspace = Workspace.objects.filter(memberships__user=stranger).first()
+    rows = {r.gpu.slug: r for r in estimates_for(_config(), workspace)}
+    h200 = rows["h200"]
+    if h200.available:
+        pytest.skip("the stranger's plan includes the H200")
+    assert "plan" in h200.reason and h200.estimate.seconds > 0
+    assert not (h200.cheapest or h200.fastest or h200.best_value)
+
+
+# --- calibration -------------------------------------------------------------------------------
+
+
+def _finished_on(gpu, *, project, version, user, ratio: float, size="n", imgsz=320):
+    """A finished job whose training took `ratio` × the uncalibrated prediction."""
+    job = job_row(
+        project=project,
+        version=version,
+        gpu=gpu,
+        user=user,
+        model_size=size,
+        imgsz=imgsz,
+        epochs=10,
+        epochs_done=10,
+        batch=-1,
+        state=JobState.SUCCEEDED,
+    )
+    config = config_of_job(job)
+    cost = model_cost(config.model_family, config.model_size, config.task)
+    predicted = estimator._training_seconds(config, gpu, cost, estimator.Calibration())
+    end = timezone.now()
+    job.first_batch_at = end - timedelta(seconds=predicted * ratio)
+    job.started_at = job.first_batch_at - timedelta(seconds=40)
+    job.finished_at = end
+    job.save(update_fields=["first_batch_at", "started_at", "finished_at"])
+    return job
+
+
+def test_finished_jobs_calibrate_the_next_estimate_and_narrow_its_range(catalog, team, project):
+    gpu = catalog["rtx-4090"]
+    version = small_version(access=team.access("owner"))
+    config = _config(imgsz=320, batch=-1, epochs=10, train_images=3, val_images=1)
+    before = estimate(config, gpu)
+    assert before.calibration_jobs == 0
+    assert before.seconds_high / before.seconds == pytest.approx(1.5, abs=0.01)
+    for ratio in (1.9, 2.0, 2.1, 2.0, 2.0):
+        _finished_on(gpu, project=project, version=version, user=team.owner, ratio=ratio)
+    # A failed job and a quick test do not count.
+    job_row(project=project, version=version, gpu=gpu, state=JobState.FAILED)
+    assert calibration_for(gpu).jobs == 5
+    after = estimate(config, gpu)
+    assert after.calibration_jobs == 5
+    assert calibration_for(gpu).factor == pytest.approx(2.0, rel=0.02)
+    training_before = before.seconds - estimator.CLOUD_STARTUP_SECONDS
+    assert after.seconds - 40 == pytest.approx(2 * training_before, rel=0.05)
+    assert after.seconds_high / after.seconds == pytest.approx(1.15, abs=0.01)
+    assert "Corrected by 5 finished jobs" in after.explanation
+    # Another machine keeps its own (empty) calibration.
+    assert estimate(config, catalog["l40s"]).calibration_jobs == 0
+
+
+# --- the form's panel --------------------------------------------------------------------------
+
+
+def _url(route: str, **kwargs) -> str:
+    return reverse(route, kwargs={"ws_slug": "acme", **kwargs})
+
+
+def test_the_form_page_shows_estimates_for_its_initial_values(client, team, project, catalog):
+    small_version(access=team.access("owner"))
+    client.force_login(team.editor)
+    page = client.get(_url("job_create", pk=project.pk)).content.decode()
+    assert 'data-testid="estimates"' in page
+    assert 'hx-get="/w/acme/projects/' in page and 'hx-trigger="change from:#train-form' in page
+    assert 'data-testid="estimate-h200"' in page and 'data-testid="estimate-local"' in page
+    assert "3 training and 1 validation images, 100 epochs at 640 px, batch auto" in page
+    assert 'data-testid="badge-fastest"' in page
+
+
+def test_the_panel_alone_follows_the_form(client, team, project, catalog):
+    version = small_version(access=team.access("owner"))
+    client.force_login(team.editor)
+    response = client.get(
+        _url("job_estimate", pk=project.pk),
+        {
+            "dataset_version": version.pk,
+            "model_family": "yolo11",
+            "model_size": "x",
+            "imgsz": 1280,
+            "epochs": 5,
+            "batch": "32",
+        },
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "<html" not in page and page.lstrip().startswith('<div id="estimates"')
+    assert "5 epochs at 1280 px, batch 32" in page
+    assert 'data-testid="no-fit"' in page  # the 16 GB card
+    assert "estimate-rtx-2000-ada" in page
+
+
+def test_the_panel_says_what_is_missing_without_a_version(client, team, project, catalog):
+    client.force_login(team.editor)
+    page = client.get(_url("job_estimate", pk=project.pk)).content.decode()
+    assert "Pick a dataset version to see estimates." in page
+
+
+def test_the_panel_tells_what_unlocks_a_machine(client, team, project, catalog, settings):
+    settings.TRAINING_PROVIDERS = ["local"]
+    version = small_version(access=team.access("owner"))
+    client.force_login(team.editor)
+    page = client.get(
+        _url("job_estimate", pk=project.pk), {"dataset_version": version.pk}
+    ).content.decode()
+    assert "Its provider, SkyPilot, is not configured on this server." in page
+
+
+# --- API ---------------------------------------------------------------------------------------
+
+
+def test_the_api_returns_one_row_per_machine(team, project, catalog):
+    version = small_version(access=team.access("owner"))
+    _, raw = api_key_create(access=team.access("owner"), name="ci", scopes=["train"])
+    api = Client(headers={"Authorization": f"Bearer {raw}"})
+    body = {
+        "project_id": project.pk,
+        "dataset_version_id": version.pk,
+        "model_family": "yolo11",
+        "model_size": "n",
+        "imgsz": 640,
+        "epochs": 50,
+        "batch": 16,
+    }
+    response = api.post("/api/v1/training/estimate", body, content_type="application/json")
+    assert response.status_code == 200, response.content
+    rows = response.json()
+    assert [r["gpu_type"] for r in rows][:2] == ["local", "rtx-2000-ada"]
+    assert sum(r["fastest"] for r in rows) == 1 and sum(r["cheapest"] for r in rows) == 1
+    assert all(r["seconds_low"] <= r["seconds"] <= r["seconds_high"] for r in rows)
+    by_images = api.post(
+        "/api/v1/training/estimate",
+        {**body, "dataset_version_id": None, "train_images": 30_000, "val_images": 5_000},
+        content_type="application/json",
+    ).json()
+    assert by_images[1]["seconds"] > rows[1]["seconds"]
+    bad = api.post(
+        "/api/v1/training/estimate",
+        {**body, "dataset_version_id": None},
+        content_type="application/json",
+    )
+    assert bad.status_code == 400
+    assert "train_images" in bad.content.decode()
