@@ -7,6 +7,7 @@ minus what it was already charged, in the same transaction as the record of it, 
 heartbeat charges nothing and a missed one is caught up by the next.
 """
 
+import logging
 from datetime import datetime
 from decimal import Decimal
 
@@ -24,6 +25,8 @@ from billing.ledger import (
 )
 from billing.models import MICRO, EntryKind, LedgerEntry
 from training.models import TrainingAttempt, TrainingJob
+
+logger = logging.getLogger(__name__)
 
 HOLD_MINIMUM_SECONDS = 15 * 60  # a job holds at least a quarter of an hour of its machine
 NEXT_SLICE_SECONDS = 5 * 60  # kept held ahead while it runs
@@ -47,11 +50,24 @@ def hold_for_start(job: TrainingJob, *, estimate_seconds: float | None = None) -
     raises InsufficientCredits (a ServiceError with the figures) when it is not available."""
     if not metered(job):
         return
+    if estimate_seconds is None:
+        estimate_seconds = _estimated_seconds(job)
     seconds = max(estimate_seconds or 0, HOLD_MINIMUM_SECONDS)
     amount = _micro(seconds, job)
     if job.budget_cap:
         amount = min(amount, job.budget_cap)
     hold_place(job.workspace, job, amount)
+
+
+def _estimated_seconds(job: TrainingJob) -> float | None:
+    """The estimator's expected wall time of the job on its machine (None if it cannot say)."""
+    from training.estimator import config_of_job, estimate
+
+    try:
+        return estimate(config_of_job(job), job.gpu_type).seconds
+    except Exception:  # an estimate is a nicety: the 15-minute minimum holds anyway
+        logger.warning("no estimate for job %s; holding the minimum", job.pk, exc_info=True)
+        return None
 
 
 def spent(job: TrainingJob) -> int:

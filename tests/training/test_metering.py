@@ -25,6 +25,7 @@ PER_SECOND = 1000
 def priced(gpu_local):
     gpu_local.hourly_price = PRICE
     gpu_local.save()
+    gpu_local.refresh_from_db()  # a Decimal, as everywhere else
     return gpu_local
 
 
@@ -128,3 +129,13 @@ def test_a_run_lost_three_times_is_refunded(team, project, detect_version, price
     refund = LedgerEntry.objects.get(job_id=job.pk, kind=EntryKind.REFUND)
     assert refund.amount == 60 * PER_SECOND and "Kestrel's side" in refund.reason
     assert job_open_hold(job) == 0
+
+
+@pytest.mark.django_db
+def test_a_long_job_holds_its_estimate(team, project, detect_version, priced):
+    from training.estimator import config_of_job, estimate
+
+    job = submit(team, project, detect_version, priced, epochs=3000)
+    expected = estimate(config_of_job(job), priced).seconds
+    assert expected > 15 * 60
+    assert job_open_hold(job) == pytest.approx(expected * PER_SECOND, rel=0.001)
