@@ -1,5 +1,7 @@
 """The training form: parses what a person typed; services decide whether it can train."""
 
+from decimal import Decimal
+
 from django import forms
 
 from datasets.models import DatasetVersion, Task
@@ -80,6 +82,14 @@ class TrainForm(forms.Form):
         help_text="YAML, one “name: value” per line.",
     )
     notify_email = forms.BooleanField(required=False, label="Email me when it ends")
+    budget_cap = forms.DecimalField(
+        required=False,
+        min_value=Decimal("0.01"),
+        max_value=Decimal("1000000"),
+        decimal_places=2,
+        label="Budget cap (credits)",
+        help_text="Optional: the job stops, keeping its checkpoints, once it has spent this much.",
+    )
 
     def __init__(self, *args, versions, models, **kwargs):
         super().__init__(*args, **kwargs)

@@ -452,3 +452,17 @@ def test_asking_for_an_email_sends_one_when_the_job_ends(
     assert mail.to == [team.editor.email] and "nightly failed" in mail.subject
     assert "The GPU ran out of memory." in mail.body
     assert f"/w/acme/training/jobs/{job.pk}/" in mail.body
+
+
+def test_a_budget_cap_is_kept_in_micro_credits_and_a_bad_one_refused(
+    client, team, project, detect_version, gpu_local
+):
+    client.force_login(team.editor)
+    response = client.post(
+        _url("job_create", pk=project.pk), _form(detect_version, gpu_local, budget_cap="-1")
+    )
+    assert response.status_code == 400 and not TrainingJob.objects.exists()
+    client.post(
+        _url("job_create", pk=project.pk), _form(detect_version, gpu_local, budget_cap="2.50")
+    )
+    assert TrainingJob.objects.get().budget_cap == 2_500_000

@@ -232,6 +232,7 @@ def job_submit(
     quick_test: bool = False,
     name: str = "",
     notify_email: bool = False,
+    budget_cap: int | None = None,
 ) -> TrainingJob:
     """Check everything that can be checked before paying for a machine, then queue the job."""
     access.require(Perm.TRAIN)
@@ -276,6 +277,7 @@ def job_submit(
         base_model=base_model,
         is_quick_test=quick_test,
         notify_email=notify_email,
+        budget_cap=budget_cap,
         device=gpu.description or gpu.name,
         queued_at=timezone.now(),
     )

@@ -66,6 +66,9 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                     base_model=data["base_model"],
                     quick_test="quick_test" in request.POST,
                     notify_email=data["notify_email"],
+                    budget_cap=(
+                        int(data["budget_cap"] * 1_000_000) if data["budget_cap"] else None
+                    ),
                     name=data["name"],
                 )
             except ServiceError as e:
