@@ -67,6 +67,12 @@ class BrowserProblems:
     failed_requests: list[str] = field(default_factory=list)
     bad_responses: list[str] = field(default_factory=list)
 
+    def _failed(self, label: str, request) -> None:
+        # The browser cancels what a page was still loading when it navigates away (or closes
+        # an event stream): that is not a failure of the server's.
+        if request.failure != "net::ERR_ABORTED":
+            self.failed_requests.append(f"[{label}] {request.url}: {request.failure}")
+
     def watch(self, page, label: str) -> None:
         page.on(
             "console",
@@ -76,10 +82,7 @@ class BrowserProblems:
             ),
         )
         page.on("pageerror", lambda exc: self.page_errors.append(f"[{label}] {exc}"))
-        page.on(
-            "requestfailed",
-            lambda req: self.failed_requests.append(f"[{label}] {req.url}: {req.failure}"),
-        )
+        page.on("requestfailed", lambda req: self._failed(label, req))
         page.on(
             "response",
             lambda resp: (
