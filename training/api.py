@@ -24,7 +24,7 @@ from training.services.models import model_promote
 from training.supervisor import job_progress
 from workspaces.models import Project
 from workspaces.permissions import Perm
-from workspaces.selectors import project_get, workspace_access_for_caller
+from workspaces.selectors import WorkspaceAccess, project_get, workspace_access_for_caller
 from workspaces.services import ServiceError
 
 router = Router(tags=["training"])
@@ -201,18 +201,20 @@ def model_out(model: TrainedModel, *, workspace_slug: str) -> ModelOut:
     )
 
 
-@router.post("/training/jobs", response={201: JobOut})
-def job_create(request: HttpRequest, payload: JobIn):
-    """Queue a training job; 400 with the reason when it cannot train (nothing is queued)."""
-    slug = (
-        Project.objects.filter(pk=payload.project_id)
-        .values_list("workspace__slug", flat=True)
-        .first()
-    )
+def _project_access(request: HttpRequest, project_id: int) -> WorkspaceAccess:
+    """The caller's access to the workspace of a project (404 for strangers), able to train."""
+    slug = Project.objects.filter(pk=project_id).values_list("workspace__slug", flat=True).first()
     if slug is None:
         raise Http404("No such project.")
     access = workspace_access_for_caller(auth=request.auth, user=request.user, slug=slug)
     access.require(Perm.TRAIN)
+    return access
+
+
+@router.post("/training/jobs", response={201: JobOut})
+def job_create(request: HttpRequest, payload: JobIn):
+    """Queue a training job; 400 with the reason when it cannot train (nothing is queued)."""
+    access = _project_access(request, payload.project_id)
     project = project_get(workspace=access.workspace, pk=payload.project_id)
     version = selectors.trainable_version_get(
         workspace=access.workspace, pk=payload.dataset_version_id
@@ -364,15 +366,7 @@ class EstimateOut(Schema):
 @router.post("/training/estimate", response=list[EstimateOut])
 def job_estimate(request: HttpRequest, payload: EstimateIn):
     """Time, cost and memory fit of a job on every machine of the catalog, before it runs."""
-    slug = (
-        Project.objects.filter(pk=payload.project_id)
-        .values_list("workspace__slug", flat=True)
-        .first()
-    )
-    if slug is None:
-        raise Http404("No such project.")
-    access = workspace_access_for_caller(auth=request.auth, user=request.user, slug=slug)
-    access.require(Perm.TRAIN)
+    access = _project_access(request, payload.project_id)
     project_get(workspace=access.workspace, pk=payload.project_id)
     if payload.dataset_version_id is not None:
         version = selectors.trainable_version_get(
