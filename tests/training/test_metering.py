@@ -139,3 +139,26 @@ def test_a_long_job_holds_its_estimate(team, project, detect_version, priced):
     expected = estimate(config_of_job(job), priced).seconds
     assert expected > 15 * 60
     assert job_open_hold(job) == pytest.approx(expected * PER_SECOND, rel=0.001)
+
+
+@pytest.mark.django_db
+def test_the_job_page_shows_the_credits_used_and_still_held(
+    client, team, project, detect_version, priced
+):
+    job = submit(team, project, detect_version, priced)
+    start = timezone.now() - timedelta(seconds=100)
+    attempt = TrainingAttempt.objects.create(job=job, number=1, worker="w")
+    TrainingAttempt.objects.filter(pk=attempt.pk).update(started_at=start)
+    meter(attempt.pk, start + timedelta(seconds=90))  # 0.09 credits
+    client.force_login(team.viewer)
+    page = client.get(f"/w/acme/training/jobs/{job.pk}/").content.decode()
+    assert "Credits used</span> 0.09" in page
+    assert "0.81 more held for the estimate" in page  # 15 minutes held, 90 s of it spent
+
+
+@pytest.mark.django_db
+def test_a_free_machine_shows_no_credits(client, team, project, detect_version, gpu_local):
+    job = submit(team, project, detect_version, gpu_local)
+    client.force_login(team.viewer)
+    page = client.get(f"/w/acme/training/jobs/{job.pk}/").content.decode()
+    assert 'data-testid="job-cost"' not in page

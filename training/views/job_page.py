@@ -8,8 +8,9 @@ from urllib.parse import urlencode
 from django.urls import reverse
 from django.utils import timezone
 
+from billing.ledger import job_open_hold
 from datasets.models import DatasetClass
-from training import selectors
+from training import metering, selectors
 from training.forms import version_label
 from training.models import (
     JobState,
@@ -236,6 +237,13 @@ def _title_prefix(job: TrainingJob, progress: dict | None) -> str:
     return job.get_state_display()
 
 
+def _cost(job: TrainingJob) -> dict | None:
+    """Credits a priced job has spent, and what it still holds (its estimate's rest)."""
+    if not metering.metered(job):
+        return None
+    return {"spent": metering.spent(job), "held": job_open_hold(job)}
+
+
 def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
     can_train = access.can(Perm.TRAIN)
     finished_training = job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs
@@ -257,6 +265,7 @@ def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
         "artifacts": [a for a in _artifacts(job) if a["name"] not in results["shown"]],
         "log": ANSI.sub("", "\n".join(log_lines)),
         "model": TrainedModel.objects.filter(job=job).first(),
+        "cost": _cost(job),
         # The buttons that may be needed while the page is open are in the page; the script
         # shows each one as the job's state allows (the same rules as here).
         "show_stop": can_train and not job.is_final,
