@@ -55,3 +55,17 @@ def ledger_list(request: HttpRequest, slug: str):
     """Newest first."""
     access = api_access(request, slug, Perm.READ)
     return selectors.ledger_entry_list(account=ledger.account_for(access.workspace))
+
+
+# The same, as the issue names them: /api/v1/billing/balance?workspace=<slug>.
+@router.get("/billing/balance", response=BalanceOut)
+def balance_get_by_query(request: HttpRequest, workspace: str):
+    return balance_get(request, workspace)
+
+
+@router.get("/billing/ledger", response=list[EntryOut])
+@paginate
+def ledger_list_by_query(request: HttpRequest, workspace: str):
+    """Newest first."""
+    access = api_access(request, workspace, Perm.READ)
+    return selectors.ledger_entry_list(account=ledger.account_for(access.workspace))

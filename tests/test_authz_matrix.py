@@ -99,6 +99,7 @@ class ApiRow:
     ok: int
     body: dict | None = None  # values may name context objects ("@name"), as Row's do
     ids: dict = field(default_factory=dict)  # path ids for this row, e.g. {"job_id": "@job"}
+    query: str = ""  # appended to the path, e.g. "?workspace=acme"
 
 
 def _area_rows(name: str) -> list:
@@ -317,14 +318,17 @@ def _api_expected(row: ApiRow, actor: str) -> int:
 @pytest.mark.parametrize("actor", API_ACTORS)
 @pytest.mark.parametrize("row", API, ids=lambda r: f"{r.method}:{r.path}")
 def test_api_operation(row: ApiRow, actor: str, ctx):
-    path = row.path.format(
-        slug="acme",
-        member_id=ctx["viewer_membership"],
-        project_id=ctx["project"],
-        key_id=ctx["api_key"],
-        dataset_id=ctx["dataset"],
-        import_id=ctx["import"],
-        **_resolve(row.ids, ctx),
+    path = (
+        row.path.format(
+            slug="acme",
+            member_id=ctx["viewer_membership"],
+            project_id=ctx["project"],
+            key_id=ctx["api_key"],
+            dataset_id=ctx["dataset"],
+            import_id=ctx["import"],
+            **_resolve(row.ids, ctx),
+        )
+        + row.query
     )
     client = _api_client(actor, row, ctx)
     kwargs = {"content_type": "application/json"} if row.body is not None else {}

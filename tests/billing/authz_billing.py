@@ -13,4 +13,6 @@ ROUTES = [
 API = [
     ApiRow("/api/v1/workspaces/{slug}/billing/balance", "get", "viewer", "read", 200),
     ApiRow("/api/v1/workspaces/{slug}/billing/ledger", "get", "viewer", "read", 200),
+    ApiRow("/api/v1/billing/balance", "get", "viewer", "read", 200, query="?workspace=acme"),
+    ApiRow("/api/v1/billing/ledger", "get", "viewer", "read", 200, query="?workspace=acme"),
 ]

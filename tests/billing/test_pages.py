@@ -58,12 +58,16 @@ def test_api_balance_and_ledger(client, team, metered):
     assert [e["kind"] for e in page["items"]][:2] == ["grant", "release"]
     assert page["items"][2]["amount"] == -1_234_500
     assert page["items"][2]["job_id"] == metered.pk
+    # The same under the names the issue gives them.
+    assert client.get("/api/v1/billing/balance?workspace=acme").json() == balance
+    assert client.get("/api/v1/billing/ledger?workspace=acme").json() == page
 
 
 def test_api_hides_other_workspaces(client, team, stranger):
     account_for(team.workspace)
     client.force_login(stranger)
     assert client.get("/api/v1/workspaces/acme/billing/ledger").status_code == 404
+    assert client.get("/api/v1/billing/balance?workspace=acme").status_code == 404
 
 
 def test_admin_grant_needs_a_reason(client, team):
