@@ -8,6 +8,7 @@ from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
 from training.api import router as training_router
+from training.trainer_events import router as trainer_router
 from workspaces.api import ApiKeyAuth
 from workspaces.api import router as workspaces_router
 from workspaces.services import ServiceError
@@ -28,6 +29,7 @@ api.add_router("/", uploads_router)
 api.add_router("/", versions_router)
 api.add_router("/", training_router)
 api.add_router("/", billing_router)
+api.add_router("/", trainer_router)
 
 
 @api.exception_handler(PermissionDenied)

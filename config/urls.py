@@ -12,7 +12,6 @@ urlpatterns = [
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
     path("", include("training.views")),
-    path("", include("training.trainer_events")),
     path("", include("training.live")),
     path("", include("billing.views")),
 ]

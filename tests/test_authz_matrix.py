@@ -180,7 +180,7 @@ def _our_route_names(patterns=None, prefix="") -> set[str]:
 
 # Routes that no session reaches: a trainer's per-attempt token is their only key (their own
 # tests refuse every other token: tests/training/test_trainer_events.py).
-TOKEN_ROUTES = {"trainer_events", "stripe_webhook"}
+TOKEN_ROUTES = {"stripe_webhook"}
 
 
 def test_every_route_has_a_row():
@@ -353,3 +353,18 @@ def test_admin_site_needs_staff_and_lists_every_model(client, team):
     for model in admin.site._registry:
         url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
         assert client.get(url).status_code == 200, url
+
+
+def test_the_stripe_webhook_is_the_only_view_without_csrf_protection():
+    exempt = set()
+
+    def walk(patterns):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                if p.namespace not in {"admin", "api"}:  # ninja checks CSRF for sessions itself
+                    walk(p.url_patterns)
+            elif getattr(p.callback, "csrf_exempt", False) and p.name:
+                exempt.add(p.name)
+
+    walk(get_resolver().url_patterns)
+    assert exempt == {"stripe_webhook"}

@@ -311,7 +311,7 @@ class Supervisor:
             from training.trainer_events import events_token
 
             base = settings.TRAINING_EVENTS_URL.rstrip("/")
-            spec["events_url"] = f"{base}/trainer/jobs/{job.pk}/events"
+            spec["events_url"] = f"{base}/api/v1/trainer/jobs/{job.pk}/events"
             spec["events_token"] = events_token(job.pk, self.attempt.number)
             del spec["redis_url"]  # as on a machine that cannot reach it
         spec_path = attempt_dir / "spec.json"

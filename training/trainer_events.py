@@ -1,6 +1,7 @@
 """Where trainers that cannot reach Redis (a cloud provider's machines) send their events:
-`POST /trainer/jobs/<id>/events` with the attempt's token. The events go into the same stream
-the supervising task reads; the answer tells the trainer about stop requests and fencing."""
+`POST /api/v1/trainer/jobs/<id>/events` with the attempt's bearer token (no session, so no CSRF
+either). The events go into the same stream the supervising task reads; the answer tells the
+trainer about stop requests and fencing."""
 
 import hashlib
 import hmac
@@ -9,9 +10,7 @@ import json
 import redis
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
-from django.urls import path
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from ninja import Router
 
 from training.models import FINAL_STATES, TrainingJob
 from training.supervisor import STREAM_MAXLEN, control_key, stream_key, training_redis
@@ -50,8 +49,11 @@ def _parse(body: bytes) -> list[dict] | None:
     return events
 
 
-@csrf_exempt
-@require_POST
+router = Router(tags=["trainer"])
+
+
+# auth=None: the per-attempt token below is the only key (no API key, no session).
+@router.post("/trainer/jobs/{job_id}/events", auth=None, include_in_schema=False)
 def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
     token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
     attempt_text = token.partition(".")[0]
@@ -92,8 +94,3 @@ def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
             "control": control.decode() if control else None,
         }
     )
-
-
-urlpatterns = [
-    path("trainer/jobs/<int:job_id>/events", trainer_events, name="trainer_events"),
-]

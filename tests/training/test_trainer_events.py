@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def post(client, job_id, token, events):
     return client.post(
-        f"/trainer/jobs/{job_id}/events",
+        f"/api/v1/trainer/jobs/{job_id}/events",
         data=json.dumps({"events": events}),
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {token}",
