@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from training.metering import meter, refund_platform_failure
+from training.metering import meter, metered, refund_platform_failure
 from training.models import (
     ACTIVE_STATES,
     AttemptEnd,
@@ -56,7 +56,6 @@ from workspaces.services import ServiceError
 logger = logging.getLogger(__name__)
 
 PROGRESS_TTL = 3600
-STREAM_MAXLEN = 50_000
 
 
 def stream_key(job_id: int) -> str:
@@ -191,7 +190,6 @@ class Supervisor:
         self.lost_lease = False
         self.canceling = False
         self.stop_sent = False
-        self.epoch_started = time.monotonic()
         self.last_seq = 0
 
     # -- helpers
@@ -346,7 +344,7 @@ class Supervisor:
             .get()
         )
         self.job.state = state
-        reason = meter(self.attempt.pk, now)
+        reason = meter(self.attempt.pk, now) if metered(self.job) else None
         if reason and not stop_at and state != JobState.STOPPING:
             # Credits (or the job's budget) cover no more: stop as a person would, keep the
             # checkpoints; a top-up and Resume continue the run.

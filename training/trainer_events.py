@@ -13,7 +13,8 @@ from django.http import HttpRequest, JsonResponse
 from ninja import Router
 
 from training.models import FINAL_STATES, TrainingJob
-from training.supervisor import STREAM_MAXLEN, control_key, stream_key, training_redis
+from training.runner import STREAM_MAXLEN
+from training.supervisor import control_key, stream_key, training_redis
 
 KINDS = {"started", "train_start", "batch", "epoch", "checkpoint", "log", "system", "final"}
 KINDS |= {"train_end", "done", "error"}

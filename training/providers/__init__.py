@@ -5,19 +5,17 @@ for all of them."""
 from django.conf import settings
 
 from training.providers.base import Machine, Provider, ProviderError, TrainerHandle
-
-PROVIDER_NAMES = {"local": "This machine", "skypilot": "SkyPilot", "kubernetes": "Kubernetes"}
+from training.services.catalog import provider_name
 
 
 def provider_for(key: str) -> Provider:
     if key not in settings.TRAINING_PROVIDERS:
-        name = PROVIDER_NAMES.get(key, key)
-        raise ProviderError(f"The {name} provider is not configured on this server.")
+        raise ProviderError(f"The {provider_name(key)} provider is not configured on this server.")
     if key == "local":
         from training.providers.local import LocalProvider
 
         return LocalProvider()
-    raise ProviderError(f"There is no {PROVIDER_NAMES.get(key, key)} provider in this version.")
+    raise ProviderError(f"There is no {provider_name(key)} provider in this version.")
 
 
 __all__ = ["Machine", "Provider", "ProviderError", "TrainerHandle", "provider_for"]
