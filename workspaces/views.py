@@ -16,6 +16,7 @@ from django_htmx.middleware import HtmxDetails
 from billing import ledger, stripe_gateway
 from billing import selectors as billing_selectors
 from billing.payments import PRESET_CREDITS
+from datasets.models import Task
 from training import selectors as training_selectors
 from workspaces import selectors, services
 from workspaces.decorators import workspace_view
@@ -358,6 +359,7 @@ def project_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
             "sort": sort,
             "dir": direction,
             "models": models.order_by("-is_current", "-created_at", "-id")[:PROJECT_MODELS],
+            "tasks": Task.choices,
         },
     )
 

@@ -44,6 +44,8 @@ ROUTES = [
     Row("model_detail", "get", "viewer", 200, _ws(pk="@model")),
     Row("model_weights", "get", "viewer", 200, _ws(pk="@model")),
     Row("model_promote", "post", "editor", 302, _ws(pk="@model")),
+    # No file: back to the project page with the reason.
+    Row("model_upload", "post", "editor", 302, _ws(pk="@project")),
 ]
 
 

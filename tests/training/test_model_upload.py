@@ -67,3 +67,24 @@ def test_the_pickle_reader_sees_every_import_without_running_it(tmp_path):
     path.write_bytes(_zip(pickle.dumps(print, protocol=2)))
     with pytest.raises(UnsafeWeights, match=r"builtin__\.print"):
         weights_check(path)
+
+
+def test_weights_are_uploaded_from_the_project_page(client, team, project):
+    client.force_login(team.editor)
+    page = client.get(f"/w/acme/projects/{project.pk}/").content.decode()
+    assert 'data-testid="model-upload"' in page
+    url = f"/w/acme/projects/{project.pk}/models/upload/"
+    bad = SimpleUploadedFile("notes.pt", b"<html>")
+    response = client.post(url, {"weights": bad, "name": "x", "task": "detect"}, follow=True)
+    assert "not a PyTorch checkpoint" in response.content.decode()
+    good = SimpleUploadedFile("mine.pt", _zip(b"\x80\x04N."))
+    response = client.post(url, {"weights": good, "name": "From home", "task": "segment"})
+    model = TrainedModel.objects.get()
+    assert response["Location"] == f"/w/acme/models/{model.pk}/"
+    assert (model.name, model.task, model.project) == ("From home", "segment", project)
+    client.force_login(team.viewer)
+    assert (
+        'data-testid="model-upload"'
+        not in client.get(f"/w/acme/projects/{project.pk}/").content.decode()
+    )
+    assert client.post(url, {"weights": SimpleUploadedFile("a.pt", b"PK")}).status_code == 403

@@ -14,7 +14,12 @@ from training.views.jobs import (
     job_resume_view,
     job_stop_view,
 )
-from training.views.models import model_detail, model_promote_view, model_weights
+from training.views.models import (
+    model_detail,
+    model_promote_view,
+    model_upload_view,
+    model_weights,
+)
 from training.views.start import job_create
 
 W = "w/<slug:ws_slug>/"
@@ -33,4 +38,5 @@ urlpatterns = [
     path(W + "models/<int:pk>/", model_detail, name="model_detail"),
     path(W + "models/<int:pk>/weights/", model_weights, name="model_weights"),
     path(W + "models/<int:pk>/promote/", model_promote_view, name="model_promote"),
+    path(W + "projects/<int:pk>/models/upload/", model_upload_view, name="model_upload"),
 ]

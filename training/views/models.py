@@ -7,8 +7,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from training import selectors
-from training.services.models import model_promote
+from training.services.models import model_promote, model_upload
 from training.views.job_page import metric_groups
+from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -55,3 +56,29 @@ def model_weights(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
         as_attachment=True,
         content_type="application/octet-stream",
     )
+
+
+@workspace_view(Perm.TRAIN)
+@require_POST
+def model_upload_view(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    """Keep uploaded weights as a model of the project, to fine-tune from in the training form."""
+    project = workspace_selectors.project_get(workspace=access.workspace, pk=pk)
+    upload = request.FILES.get("weights")
+    if upload is None:
+        messages.error(request, "Choose a .pt file to upload.")
+        return redirect("project_detail", ws_slug=access.workspace.slug, pk=project.pk)
+    try:
+        model = model_upload(
+            access=access,
+            project=project,
+            name=request.POST.get("name", ""),
+            task=request.POST.get("task", ""),
+            upload=upload,
+        )
+    except ServiceError as e:
+        messages.error(request, str(e))
+        return redirect("project_detail", ws_slug=access.workspace.slug, pk=project.pk)
+    messages.success(
+        request, f"{model.name} is uploaded; pick it in the training form to fine-tune."
+    )
+    return redirect("model_detail", ws_slug=access.workspace.slug, pk=model.pk)
