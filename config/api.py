@@ -3,6 +3,7 @@ from django.http import Http404
 from ninja import NinjaAPI
 from ninja.security import django_auth
 
+from annotation.api import router as annotation_router
 from billing.api import router as billing_router
 from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
@@ -30,6 +31,7 @@ api.add_router("/", versions_router)
 api.add_router("/", training_router)
 api.add_router("/", billing_router)
 api.add_router("/", trainer_router)
+api.add_router("/", annotation_router)
 
 
 @api.exception_handler(PermissionDenied)

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "billing",
     "datasets",
     "training",
+    "annotation",
 ]
 
 MIDDLEWARE = [
@@ -264,6 +265,9 @@ STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_CURRENCY = env.str("STRIPE_CURRENCY", default="usd")
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Segment Anything in the editor: a local Ultralytics SAM weights file (e.g. mobile_sam.pt).
+# Empty: the editor's SAM button says what is missing. GrabCut works without it.
+ANNOTATION_SAM_WEIGHTS = env.str("KESTREL_SAM_WEIGHTS", default="")
 
 MESSAGE_TAGS = {40: "error"}
 

@@ -11,6 +11,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
+    path("", include("annotation.views")),
     path("", include("training.views")),
     path("", include("training.live")),
     path("", include("billing.views")),

@@ -104,6 +104,16 @@ class DatasetClass(models.Model):
         return f"{self.index}: {self.name}"
 
 
+class LabelStatus(models.TextChoices):
+    """Where an image is in the labelling workflow (annotation owns the transitions)."""
+
+    UNLABELLED = "unlabelled", "Unlabelled"
+    LABELLED = "labelled", "Labelled"
+    IN_REVIEW = "in_review", "In review"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
 class Image(models.Model):
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="images")
     blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="images")
@@ -112,14 +122,38 @@ class Image(models.Model):
     )
     split = models.CharField(max_length=5, choices=Split.choices, default=Split.TRAIN)
     label_count = models.PositiveIntegerField(default=0)
+    status = models.CharField(
+        max_length=10, choices=LabelStatus.choices, default=LabelStatus.UNLABELLED
+    )
+    revision = models.PositiveIntegerField(
+        default=0, help_text="Bumped by every save of the labels; a stale save is refused."
+    )
+    review_comment = models.TextField(blank=True)
+    labelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    labelled_at = models.DateTimeField(null=True, blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    uncertainty = models.FloatField(
+        null=True, blank=True, help_text="From the last pre-labelling run: higher, less sure."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["dataset", "blob"], name="image_once_per_dataset"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=LabelStatus.values), name="image_status_valid"
+            ),
         ]
-        indexes = [models.Index(fields=["dataset", "split", "id"])]
+        indexes = [
+            models.Index(fields=["dataset", "split", "id"]),
+            models.Index(fields=["dataset", "status", "id"]),
+        ]
 
     def __str__(self) -> str:
         return self.filename

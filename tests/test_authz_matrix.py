@@ -75,6 +75,9 @@ ROUTES = [
     Row("member_invite", "post", "admin", 302, _ws(), {"email": "n@acme.test", "role": "viewer"}),
     Row("member_role", "post", "admin", 302, _ws(pk="@editor_membership"), {"role": "viewer"}),
     Row("member_remove", "post", "admin", 302, _ws(pk="@viewer_membership")),
+    Row(
+        "member_reviewer", "post", "admin", 302, _ws(pk="@editor_membership"), {"is_reviewer": "1"}
+    ),
     Row("invitation_revoke", "post", "admin", 302, _ws(pk="@invitation")),
     Row("project_list", "get", "viewer", 200, _ws()),
     Row("project_create", "get", "editor", 200, _ws()),

@@ -96,6 +96,9 @@ class Membership(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     role = models.CharField(max_length=10, choices=Role.choices)
+    is_reviewer = models.BooleanField(
+        default=False, help_text="May approve or reject labels (admins and owners always may)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = WorkspaceOwnedQuerySet.as_manager()

@@ -8,6 +8,7 @@ from workspaces.models import ApiKeyScope, Role
 class Perm(StrEnum):
     READ = "read"  # see everything in the workspace
     WRITE = "write"  # change data: projects, datasets, labels
+    REVIEW = "review"  # approve or reject labels (admins, and members flagged as reviewers)
     TRAIN = "train"  # start and stop training jobs
     PREDICT = "predict"  # call deployed models
     MANAGE_MEMBERS = "manage_members"  # invite, remove, change roles
@@ -25,6 +26,7 @@ class Perm(StrEnum):
 _VIEWER = frozenset({Perm.READ})
 _EDITOR = _VIEWER | {Perm.WRITE, Perm.TRAIN, Perm.PREDICT}
 _ADMIN = _EDITOR | {
+    Perm.REVIEW,
     Perm.MANAGE_MEMBERS,
     Perm.MANAGE_KEYS,
     Perm.MANAGE_BILLING,
@@ -43,7 +45,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[Perm]] = {
 SCOPE_PERMISSIONS: dict[str, frozenset[Perm]] = {
     ApiKeyScope.READ: frozenset({Perm.READ}),
     ApiKeyScope.WRITE: frozenset(
-        {Perm.WRITE, Perm.MANAGE_MEMBERS, Perm.MANAGE_KEYS, Perm.MANAGE_WORKSPACE}
+        {Perm.WRITE, Perm.REVIEW, Perm.MANAGE_MEMBERS, Perm.MANAGE_KEYS, Perm.MANAGE_WORKSPACE}
     ),
     ApiKeyScope.TRAIN: frozenset({Perm.TRAIN}),
     ApiKeyScope.PREDICT: frozenset({Perm.PREDICT}),
@@ -61,8 +63,12 @@ PERM_REQUIRED_ROLE = {
 }
 
 
-def role_permissions(role: str) -> frozenset[Perm]:
-    return ROLE_PERMISSIONS.get(role, frozenset())
+def role_permissions(role: str, *, is_reviewer: bool = False) -> frozenset[Perm]:
+    """A role's permissions; an editor flagged as a reviewer may also review."""
+    perms = ROLE_PERMISSIONS.get(role, frozenset())
+    if is_reviewer and Perm.WRITE in perms:
+        perms = perms | {Perm.REVIEW}
+    return perms
 
 
 def scopes_permissions(scopes: list[str]) -> frozenset[Perm]:

@@ -34,6 +34,11 @@ class WorkspaceAccess:
             return
         if self.api_key is not None and perm in role_permissions(self.role):
             raise PermissionDenied(f"This API key lacks the scope needed to {perm.label}.")
+        if perm == Perm.REVIEW and Perm.WRITE in self.perms:
+            raise PermissionDenied(
+                "Only reviewers approve or reject labels: an admin can make you a reviewer "
+                "on the members page."
+            )
         needed = Role(PERM_REQUIRED_ROLE[perm]).label.lower()
         raise PermissionDenied(
             f"You need the {needed} role in {self.workspace.name} to {perm.label}; "
@@ -56,7 +61,7 @@ def workspace_access_for_user(*, user: User, slug: str) -> WorkspaceAccess:
         workspace=membership.workspace,
         user=user,
         role=membership.role,
-        perms=role_permissions(membership.role),
+        perms=role_permissions(membership.role, is_reviewer=membership.is_reviewer),
     )
 
 
@@ -69,7 +74,9 @@ def workspace_access_for_api_key(*, api_key: ApiKey, slug: str) -> WorkspaceAcce
     ).first()
     if membership is None:  # the key's creator left: the key no longer acts for anyone
         raise Http404("No such workspace.")
-    perms = role_permissions(membership.role) & scopes_permissions(api_key.scopes)
+    perms = role_permissions(
+        membership.role, is_reviewer=membership.is_reviewer
+    ) & scopes_permissions(api_key.scopes)
     return WorkspaceAccess(
         workspace=api_key.workspace,
         user=api_key.created_by,

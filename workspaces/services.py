@@ -147,6 +147,19 @@ def membership_change_role(
 
 
 @transaction.atomic
+def membership_set_reviewer(
+    *, access: WorkspaceAccess, membership: Membership, is_reviewer: bool
+) -> Membership:
+    """Let an editor approve and reject labels (admins and owners always may; viewers never)."""
+    _check_can_manage(access, membership)
+    if is_reviewer and membership.role == Role.VIEWER:
+        raise ServiceError("Viewers cannot review: make them an editor first.")
+    membership.is_reviewer = is_reviewer
+    membership.save(update_fields=["is_reviewer"])
+    return membership
+
+
+@transaction.atomic
 def membership_remove(*, access: WorkspaceAccess, membership: Membership) -> None:
     if membership.user_id == access.user.pk:
         raise ServiceError("To remove yourself, leave the workspace.")

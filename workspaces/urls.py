@@ -19,6 +19,9 @@ urlpatterns = [
     path("w/<slug:ws_slug>/members/<int:pk>/role/", views.member_role, name="member_role"),
     path("w/<slug:ws_slug>/members/<int:pk>/remove/", views.member_remove, name="member_remove"),
     path(
+        "w/<slug:ws_slug>/members/<int:pk>/reviewer/", views.member_reviewer, name="member_reviewer"
+    ),
+    path(
         "w/<slug:ws_slug>/invitations/<int:pk>/revoke/",
         views.invitation_revoke,
         name="invitation_revoke",

@@ -271,6 +271,25 @@ def member_role(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> H
 
 @workspace_view(Perm.MANAGE_MEMBERS)
 @require_POST
+def member_reviewer(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    membership = selectors.membership_get(workspace=access.workspace, pk=pk)
+    wanted = request.POST.get("is_reviewer") == "1"
+    try:
+        services.membership_set_reviewer(
+            access=access, membership=membership, is_reviewer=wanted
+        )
+    except ServiceError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(
+            request,
+            f"{membership.user} {'may now' if wanted else 'no longer may'} review labels.",
+        )
+    return redirect("member_list", ws_slug=access.workspace.slug)
+
+
+@workspace_view(Perm.MANAGE_MEMBERS)
+@require_POST
 def member_remove(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     membership = selectors.membership_get(workspace=access.workspace, pk=pk)
     try:

@@ -89,7 +89,20 @@ def _copy_rows(*, source: Dataset, target: Dataset) -> None:
         f"INSERT INTO {klass} ({cols}) SELECT {vals} FROM {klass} oc "  # noqa: S608
         "WHERE oc.dataset_id = %(source)s ORDER BY oc.id"
     )
-    cols, vals = _insert_select(Image, "oi", {"dataset_id": "%(target)s"})
+    # A copy starts its own labelling history: who labelled and reviewed the source is not
+    # carried into (maybe) another workspace.
+    fresh = {
+        "dataset_id": "%(target)s",
+        "status": "CASE WHEN oi.label_count > 0 THEN 'labelled' ELSE 'unlabelled' END",
+        "revision": "0",
+        "review_comment": "''",
+        "labelled_by_id": "NULL",
+        "labelled_at": "NULL",
+        "reviewed_by_id": "NULL",
+        "reviewed_at": "NULL",
+        "uncertainty": "NULL",
+    }
+    cols, vals = _insert_select(Image, "oi", fresh)
     statements.append(
         f"INSERT INTO {image} ({cols}) SELECT {vals} FROM {image} oi "  # noqa: S608
         "WHERE oi.dataset_id = %(source)s ORDER BY oi.id"

@@ -11,7 +11,7 @@ from django.db import transaction
 from PIL import Image as PILImage
 from PIL import ImageDraw, ImageFilter
 
-from datasets.models import Blob, Dataset, DatasetClass, Image, Label, LabelKind, Task
+from datasets.models import Blob, Dataset, DatasetClass, Image, Label, LabelKind, LabelStatus, Task
 from datasets.services.images import image_check
 from datasets.services.storage import storage_put
 from datasets.services.thumbnails import thumbnails_make
@@ -158,6 +158,7 @@ def demo_dataset_seed() -> Dataset:
             filename=f"shapes_{n:03d}.jpg",
             split="train" if n < TRAIN else "val",
             label_count=len(shapes),
+            status=LabelStatus.LABELLED if shapes else LabelStatus.UNLABELLED,
         )
         images.append(image)
         labels.append(shapes)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from django.db import transaction
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Count, F, OuterRef, Prefetch, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -23,6 +23,7 @@ from datasets.models import (
     Image,
     Label,
     LabelKind,
+    LabelStatus,
     Split,
 )
 from workspaces.permissions import Perm
@@ -74,6 +75,7 @@ class GalleryFilter:
     labelled: str = ""  # "yes", "no" or "" for both
     problems: bool = False
     problem: int | None = None  # one health finding: only the images it names
+    status: str = ""  # a LabelStatus value, or "" for all
 
     @classmethod
     def from_query(cls, params: Mapping) -> "GalleryFilter":
@@ -85,6 +87,7 @@ class GalleryFilter:
             labelled=labelled if labelled in ("yes", "no") else "",
             problems=params.get("problems") in ("1", "on", "yes"),
             problem=_positive_int(params.get("problem")),
+            status=status if (status := params.get("status", "")) in LabelStatus.values else "",
         )
 
     def params(self) -> dict[str, str]:
@@ -99,6 +102,8 @@ class GalleryFilter:
             out["problems"] = "1"
         if self.problem:
             out["problem"] = str(self.problem)
+        if self.status:
+            out["status"] = self.status
         return out
 
     @property
@@ -122,6 +127,8 @@ class GalleryFilter:
             queryset = queryset.filter(label_count__gt=0)
         elif self.labelled == "no":
             queryset = queryset.filter(label_count=0)
+        if self.status:
+            queryset = queryset.filter(status=self.status)
         if self.problems:
             queryset = queryset.filter(pk__in=problem_image_ids(dataset=dataset))
         if self.problem:
@@ -415,7 +422,8 @@ def images_delete(*, access: WorkspaceAccess, dataset: Dataset, image_ids: Itera
 
 
 def image_label_counts_refresh(*, image_ids: Iterable[int]) -> None:
-    """Recount `Image.label_count` from the labels, for these images."""
+    """Recount `Image.label_count` from the labels, for these images, and bump their revision:
+    their labels changed under any editor that has them open, whose next save is refused."""
     ids = sorted(set(image_ids))
     counted = (
         Label.objects.filter(image=OuterRef("pk"))
@@ -426,7 +434,7 @@ def image_label_counts_refresh(*, image_ids: Iterable[int]) -> None:
     )
     for start in range(0, len(ids), UPDATE_CHUNK):
         Image.objects.filter(pk__in=ids[start : start + UPDATE_CHUNK]).update(
-            label_count=Coalesce(Subquery(counted), 0)
+            label_count=Coalesce(Subquery(counted), 0), revision=F("revision") + 1
         )
 
 

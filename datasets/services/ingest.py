@@ -29,6 +29,7 @@ from datasets.models import (
     Import,
     ImportStatus,
     Label,
+    LabelStatus,
     UploadChunk,
 )
 from datasets.services.archive import (
@@ -303,6 +304,8 @@ class _Run:
                 )
                 per_class[label[0].name] += 1
                 image.label_count += 1
+            if image.label_count:
+                image.status = LabelStatus.LABELLED
         Image.objects.bulk_create(images)
         Label.objects.bulk_create(labels, batch_size=2000)
         counts["images"] += len(images)

@@ -4,6 +4,7 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods
 
+from annotation.selectors import labelling_progress
 from datasets import selectors
 from datasets.forms import DatasetCreateForm, DatasetEditForm
 from datasets.services import datasets as services
@@ -56,6 +57,7 @@ def dataset_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
             "splits": splits,
             "image_total": sum(splits.values()),
             "imports": selectors.import_list(dataset=dataset)[:5],
+            "progress": labelling_progress(dataset=dataset),
         },
     )
 

@@ -21,7 +21,7 @@ from django.utils.http import parse_etags
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from datasets import selectors
-from datasets.models import Dataset, Image, Split
+from datasets.models import Dataset, Image, LabelStatus, Split
 from datasets.services import classes
 from datasets.services import gallery as services
 from datasets.services.thumbnails import thumbnail_placeholder, thumbnails_request
@@ -176,6 +176,7 @@ def _gallery_context(request, access: WorkspaceAccess, dataset: Dataset) -> dict
         "flt": flt,
         "classes": list(page.classes.values()),
         "splits": Split.choices,
+        "statuses": LabelStatus.choices,
         "back": back,
         "has_cursor": bool(cursor),
         "split_form": SplitAutoForm(),

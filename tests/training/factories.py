@@ -204,3 +204,26 @@ def job_with_results(*, project, version, gpu, user=None) -> TrainingJob:
     job.save(update_fields=["results", "artifacts", "attempts"])
     LogChunk.objects.create(job=job, attempt=2, seq=1, text="\n".join(ANSI_LOG))
     return job
+
+
+def trained_model_row(
+    *, workspace, class_names: list[str], task: str = "detect", weights: bytes = WEIGHTS
+) -> TrainedModel:
+    """A model registered in a workspace (as an upload leaves it), with `weights` in storage."""
+    from tests.workspaces.factories import ProjectFactory
+
+    project = ProjectFactory(workspace=workspace)
+    model = TrainedModel.objects.create(
+        workspace=workspace,
+        project=project,
+        name=f"Model of {project.name}",
+        task=task,
+        architecture="yolo11n",
+        class_names=class_names,
+        imgsz=64,
+        weights_key="",
+        weights_size=len(weights),
+    )
+    model.weights_key = default_storage.save(f"models/{model.pk}/weights.pt", ContentFile(weights))
+    model.save(update_fields=["weights_key"])
+    return model
