@@ -93,9 +93,14 @@ def flops_measure(yaml_name: str, imgsz: int = REFERENCE_IMGSZ) -> ModelCost:
     return ModelCost(gflops=float(data["gflops"]), params=int(data["params"]))
 
 
-def model_cost(family: str, size: str, task: str) -> ModelCost:
+class FlopsNotMeasured(LookupError):
+    """Asked not to measure, and no figure is cached."""
+
+
+def model_cost(family: str, size: str, task: str, *, measure: bool = True) -> ModelCost:
     """Forward GFLOPs at 640 px and parameters: this process's memory, the cache, or a
-    measurement (then kept in both, without expiry: it changes only with Ultralytics)."""
+    measurement (then kept in both, without expiry: it changes only with Ultralytics).
+    measure=False: never start the (seconds-long) measurement; FlopsNotMeasured instead."""
     yaml_name = model_yaml_name(family, size, task)
     key = _flops_key(yaml_name, REFERENCE_IMGSZ)
     if key in _flops_memory:
@@ -103,6 +108,8 @@ def model_cost(family: str, size: str, task: str) -> ModelCost:
     cached = cache.get(key)
     if cached is not None:
         cost = ModelCost(**cached)
+    elif not measure:
+        raise FlopsNotMeasured(yaml_name)
     else:
         cost = flops_measure(yaml_name, REFERENCE_IMGSZ)
         cache.set(key, {"gflops": cost.gflops, "params": cost.params}, timeout=None)
@@ -348,12 +355,12 @@ def _size_words(config: EstimateConfig) -> str:
     return f"{article} {label} model at {config.imgsz} px"
 
 
-def _microcredits(seconds: float, gpu: GpuType) -> int:
+def microcredits(seconds: float, gpu: GpuType) -> int:
     return int(Decimal(str(round(seconds))) * gpu.hourly_price / 3600 * 1_000_000)
 
 
-def estimate(config: EstimateConfig, gpu: GpuType) -> Estimate:
-    cost = model_cost(config.model_family, config.model_size, config.task)
+def estimate(config: EstimateConfig, gpu: GpuType, *, measure: bool = True) -> Estimate:
+    cost = model_cost(config.model_family, config.model_size, config.task, measure=measure)
     cal = calibration_for(gpu)
     p = _parts(config, gpu, cost, cal)
     training = _training_seconds(config, gpu, cost, cal) * cal.factor
@@ -413,8 +420,8 @@ def estimate(config: EstimateConfig, gpu: GpuType) -> Estimate:
         seconds_low=round(low),
         seconds=round(seconds),
         seconds_high=round(high),
-        credits=_microcredits(seconds, gpu),
-        credits_high=_microcredits(high, gpu),
+        credits=microcredits(seconds, gpu),
+        credits_high=microcredits(high, gpu),
         fits_in_memory=fits,
         vram_needed_gb=vram,
         bottleneck=bottleneck,
@@ -456,3 +463,77 @@ def estimates_for(config: EstimateConfig, workspace) -> list[EstimateRow]:
             best = min(paid, key=lambda r: r.estimate.seconds * r.estimate.credits)
             best.best_value = True
     return rows
+
+
+# --- after the first epoch ---------------------------------------------------------------------
+
+RECENT_EPOCHS = 5  # the re-estimate follows the latest epochs (a resumed run may be faster)
+
+
+@dataclass(frozen=True)
+class Reestimate:
+    after_epoch: int
+    epoch_seconds: float  # mean of the recent measured epochs
+    seconds_used: int  # machine time so far, all attempts
+    seconds_left: int
+    seconds_total: int
+    credits_total: int  # micro-credits at the machine's price
+    at_start_seconds: int | None
+    at_start_credits: int | None
+
+
+def _machine_seconds(job: TrainingJob, now) -> float:
+    return sum(
+        ((attempt.ended_at or now) - attempt.started_at).total_seconds()
+        for attempt in job.attempt_rows.all()
+    )
+
+
+def _final_validation_seconds(job: TrainingJob) -> float:
+    """The last validation Ultralytics runs on best.pt after the epochs, from the model."""
+    try:
+        config = config_of_job(job)
+        cal = calibration_for(job.gpu_type)
+        cost = model_cost(config.model_family, config.model_size, config.task)
+        return _parts(config, job.gpu_type, cost, cal).validation * cal.factor
+    except Exception:  # no FLOPs figure (say, offline and never measured): leave it out
+        return 0.0
+
+
+def reestimate(job: TrainingJob, *, now=None) -> Reestimate | None:
+    """The job's time and credits from its own measured epochs (None before the first one):
+    machine time used so far, plus the epochs left at the pace of its recent epochs, plus the
+    final validation. A finished job's figure is simply what it used."""
+    from django.utils import timezone
+
+    now = now or timezone.now()
+    measured = list(
+        job.epoch_metrics.filter(seconds__isnull=False)
+        .order_by("epoch")
+        .values_list("epoch", "seconds", "recorded_at")
+    )
+    if not measured:
+        return None
+    recent = [seconds for _, seconds, _ in measured[-RECENT_EPOCHS:]]
+    per_epoch = sum(recent) / len(recent)
+    done, _, last_at = measured[-1]
+    used = _machine_seconds(job, now)
+    if job.is_final:
+        left = 0.0
+    else:
+        running = job.state == JobState.RUNNING
+        into_next = max(0.0, (now - last_at).total_seconds()) if running else 0.0
+        pending = max(0, job.epochs - done) * per_epoch
+        left = max(0.0, pending - into_next) + (_final_validation_seconds(job) if pending else 0)
+    total = used + left
+    start = job.estimated_seconds
+    return Reestimate(
+        after_epoch=done,
+        epoch_seconds=per_epoch,
+        seconds_used=round(used),
+        seconds_left=round(left),
+        seconds_total=round(total),
+        credits_total=microcredits(total, job.gpu_type),
+        at_start_seconds=start,
+        at_start_credits=microcredits(start, job.gpu_type) if start is not None else None,
+    )

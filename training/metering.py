@@ -51,7 +51,7 @@ def hold_for_start(job: TrainingJob, *, estimate_seconds: float | None = None) -
     if not metered(job):
         return
     if estimate_seconds is None:
-        estimate_seconds = _estimated_seconds(job)
+        estimate_seconds = estimated_seconds(job)
     seconds = max(estimate_seconds or 0, HOLD_MINIMUM_SECONDS)
     amount = _micro(seconds, job)
     if job.budget_cap:
@@ -59,12 +59,15 @@ def hold_for_start(job: TrainingJob, *, estimate_seconds: float | None = None) -
     hold_place(job.workspace, job, amount)
 
 
-def _estimated_seconds(job: TrainingJob) -> float | None:
-    """The estimator's expected wall time of the job on its machine (None if it cannot say)."""
-    from training.estimator import config_of_job, estimate
+def estimated_seconds(job: TrainingJob, *, measure: bool = True) -> float | None:
+    """The estimator's expected wall time of the job on its machine (None if it cannot say).
+    measure=False: only from FLOPs already known (no seconds-long measurement)."""
+    from training.estimator import FlopsNotMeasured, config_of_job, estimate
 
     try:
-        return estimate(config_of_job(job), job.gpu_type).seconds
+        return estimate(config_of_job(job), job.gpu_type, measure=measure).seconds
+    except FlopsNotMeasured:
+        return None
     except Exception:  # an estimate is a nicety: the 15-minute minimum holds anyway
         logger.warning("no estimate for job %s; holding the minimum", job.pk, exc_info=True)
         return None

@@ -122,6 +122,9 @@ class TrainingJob(models.Model):
         default=0, help_text="Malformed or out-of-order events from the trainer, not shown."
     )
     notify_email = models.BooleanField(default=False, help_text="Email the creator at the end.")
+    estimated_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The estimator's wall time when the job was started."
+    )
     budget_cap = models.BigIntegerField(
         null=True, blank=True, help_text="Micro-credits this job may spend at most; then it stops."
     )

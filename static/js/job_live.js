@@ -726,6 +726,21 @@
       .catch(function () {});
   }
 
+  // After an epoch the server re-estimates the run from its measured epochs: fetch that part
+  // again once the epoch is stored, at most every REFRESH_MS.
+  var REFRESH_MS = 15000;
+  var lastRefresh = 0;
+  var refreshTimer = null;
+  function refreshSoon() {
+    if (refreshTimer) return;
+    var wait = Math.max(2000, lastRefresh + REFRESH_MS - Date.now());
+    refreshTimer = setTimeout(function () {
+      refreshTimer = null;
+      lastRefresh = Date.now();
+      refreshServerParts();
+    }, wait);
+  }
+
   function connect() {
     if (!data.events_url || typeof window.EventSource === "undefined") {
       note("Live updates are not available: reload the page to see changes.");
@@ -750,7 +765,10 @@
     stream.addEventListener("snapshot", function (event) { applySnapshot(parse(event)); });
     stream.addEventListener("state", function (event) { applyJob(parse(event)); });
     stream.addEventListener("batch", function (event) { applyBatch(parse(event)); });
-    stream.addEventListener("epoch", function (event) { applyEpoch(parse(event)); });
+    stream.addEventListener("epoch", function (event) {
+      applyEpoch(parse(event));
+      refreshSoon();
+    });
     stream.addEventListener("log", function (event) {
       var d = parse(event);
       if (d) addLines(d.lines);

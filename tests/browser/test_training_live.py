@@ -74,6 +74,9 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
         timeout=120_000,
     )
     assert "CPU" in page.inner_text("[data-testid=job-device]")
+    # The header re-estimates from the measured epochs, without a reload.
+    page.wait_for_selector("[data-testid=estimate-after]", timeout=30_000)
+    assert "after epoch" in page.inner_text("[data-testid=estimate-after]")
     page.click("#tab-charts")
     # The chart gains points without a reload...
     before = page.evaluate(POINTS)
@@ -106,6 +109,7 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
     page.reload()
     assert "mAP50" in page.inner_text("[data-testid=job-metrics]")
     assert page.locator("[data-testid=job-attempts] tbody tr").count() == 2
+    assert "used" in page.inner_text("[data-testid=estimate-after]")
     screenshot(page, "succeeded")
 
     with page.expect_navigation():

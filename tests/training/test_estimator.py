@@ -296,3 +296,85 @@ def test_the_api_returns_one_row_per_machine(team, project, catalog):
     )
     assert bad.status_code == 400
     assert "train_images" in bad.content.decode()
+
+
+# --- the job page's re-estimate ----------------------------------------------------------------
+
+
+def test_the_job_page_re_estimates_from_its_measured_epochs(catalog, team, project, client):
+    from training.models import EpochMetric, TrainingAttempt
+
+    gpu = catalog["rtx-4090"]  # $0.69 an hour
+    version = small_version(access=team.access("owner"))
+    now = timezone.now()
+    job = job_row(
+        project=project,
+        version=version,
+        gpu=gpu,
+        epochs=10,
+        state=JobState.RUNNING,
+        estimated_seconds=600,
+        started_at=now - timedelta(seconds=130),
+    )
+    client.force_login(team.viewer)
+    page = client.get(_url("job_detail", pk=job.pk)).content.decode()
+    assert "10 min 00 s" in page and "at the start" in page
+    assert 'data-testid="estimate-after"' not in page  # no epoch measured yet
+
+    TrainingAttempt.objects.create(job=job, number=1, worker="w")
+    TrainingAttempt.objects.filter(job=job).update(started_at=now - timedelta(seconds=130))
+    # Two epochs of 50 s each; the last ended 10 s ago.
+    for epoch in (1, 2):
+        EpochMetric.objects.create(job=job, epoch=epoch, attempt=1, values={}, seconds=50.0)
+    EpochMetric.objects.filter(job=job).update(recorded_at=now - timedelta(seconds=10))
+    after = estimator.reestimate(job, now=now)
+    assert after.after_epoch == 2 and after.epoch_seconds == 50
+    assert after.seconds_used == 130
+    final_validation = after.seconds_left - (8 * 50 - 10)
+    assert 0 <= final_validation < 5
+    assert after.seconds_total == 130 + after.seconds_left
+    assert after.credits_total == estimator.microcredits(after.seconds_total, gpu)
+    assert after.at_start_credits == estimator.microcredits(600, gpu)
+
+    page = client.get(_url("job_detail", pk=job.pk)).content.decode()
+    assert "after epoch 2" in page
+    assert "8 min 4" in page  # 130 s used + 390 s left + a final validation of a few seconds
+
+    # Once finished, the figure is what it used.
+    TrainingAttempt.objects.filter(job=job).update(ended_at=now)
+    job.state = JobState.SUCCEEDED
+    job.save(update_fields=["state"])
+    done = estimator.reestimate(job, now=now + timedelta(hours=1))
+    assert done.seconds_left == 0 and done.seconds_total == 130
+
+
+def test_submitting_a_job_keeps_its_estimate(catalog, team, project):
+    from training.services.arguments import TrainParams
+    from training.services.jobs import job_submit
+
+    gpu = catalog["local"]
+    version = small_version(access=team.access("owner"))
+    params = TrainParams(
+        task="detect", model_family="yolo11", model_size="n", epochs=2, imgsz=64, batch=2
+    )
+    cache.clear()
+    estimator._flops_memory.clear()
+    # A free machine's job is not kept waiting for a FLOPs measurement...
+    job = job_submit(
+        access=team.access("editor"),
+        project=project,
+        version=version,
+        gpu_type_id=gpu.pk,
+        params=params,
+    )
+    assert job.estimated_seconds is None
+    # ...and keeps its estimate once the figure is known (the form measured it).
+    model_cost("yolo11", "n", "detect")
+    job = job_submit(
+        access=team.access("editor"),
+        project=project,
+        version=version,
+        gpu_type_id=gpu.pk,
+        params=params,
+    )
+    assert job.estimated_seconds == estimate(config_of_job(job), gpu).seconds

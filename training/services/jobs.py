@@ -14,7 +14,7 @@ from django.utils import timezone
 from datasets.models import DatasetVersion, LabelKind, Task
 from datasets.services.health import dataset_training_blocked_reason
 from datasets.services.versions import version_manifest_load
-from training.metering import hold_for_start, settle
+from training.metering import estimated_seconds, hold_for_start, metered, settle
 from training.models import (
     ACTIVE_STATES,
     JobState,
@@ -281,7 +281,14 @@ def job_submit(
         device=gpu.description or gpu.name,
         queued_at=timezone.now(),
     )
-    hold_for_start(job)  # refused (and nothing queued) when the credits are not there
+    # A priced job needs its estimate for the hold; a free one is not kept waiting for a
+    # FLOPs measurement (its page re-estimates after the first epoch anyway).
+    seconds = estimated_seconds(job, measure=metered(job))
+    if seconds is not None:
+        job.estimated_seconds = round(seconds)
+        job.save(update_fields=["estimated_seconds"])
+    # Refused (and nothing queued) when the credits are not there.
+    hold_for_start(job, estimate_seconds=seconds)
     _enqueue(job.pk)
     return job
 
@@ -371,7 +378,11 @@ def job_resume(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
         raise ServiceError(f"{job.title} already trained all {job.epochs} epochs.")
     _concurrency_check(job.workspace)
     job_requeue(job, lost=False)
-    hold_for_start(job)
+    # Hold what is left at the pace of its own epochs (the estimator's figure before any).
+    from training.estimator import reestimate
+
+    after = reestimate(job)
+    hold_for_start(job, estimate_seconds=after.seconds_left if after else None)
     return job
 
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 from billing.ledger import job_open_hold
 from datasets.models import DatasetClass
 from training import metering, selectors
+from training.estimator import microcredits, reestimate
 from training.forms import version_label
 from training.models import (
     JobState,
@@ -244,6 +245,24 @@ def _cost(job: TrainingJob) -> dict | None:
     return {"spent": metering.spent(job), "held": job_open_hold(job)}
 
 
+def _estimate(job: TrainingJob) -> dict | None:
+    """The estimate made at the start and, once an epoch is measured, the job's own."""
+    after = reestimate(job)
+    start = job.estimated_seconds
+    if after is None and start is None:
+        return None
+    return {
+        "after": after,
+        "start_seconds": start,
+        "start_credits": after.at_start_credits if after else _start_credits(job),
+        "priced": job.gpu_type.hourly_price > 0,
+    }
+
+
+def _start_credits(job: TrainingJob) -> int | None:
+    return microcredits(job.estimated_seconds, job.gpu_type) if job.estimated_seconds else None
+
+
 def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
     can_train = access.can(Perm.TRAIN)
     finished_training = job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs
@@ -266,6 +285,7 @@ def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
         "log": ANSI.sub("", "\n".join(log_lines)),
         "model": TrainedModel.objects.filter(job=job).first(),
         "cost": _cost(job),
+        "estimate": _estimate(job),
         # The buttons that may be needed while the page is open are in the page; the script
         # shows each one as the job's state allows (the same rules as here).
         "show_stop": can_train and not job.is_final,
