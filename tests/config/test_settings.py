@@ -121,3 +121,26 @@ def test_celery_is_json_only_with_prefetch_one_and_a_beat_schedule():
     app.loader.import_default_modules()  # what a worker does at start
     beat = settings.CELERY_BEAT_SCHEDULE
     assert {entry["task"] for entry in beat.values()} <= set(app.tasks.keys())
+
+
+def test_production_static_files_rewrite_editor_module_imports_to_hashed_names(settings, tmp_path):
+    """A deploy changes the editor's modules' names with their content, imports included."""
+    import re
+
+    from django.contrib.staticfiles.storage import staticfiles_storage
+    from django.core.management import call_command
+    from django.utils.functional import empty
+
+    settings.STATIC_ROOT = tmp_path
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "config.storage.StaticStorage"},
+    }
+    staticfiles_storage._wrapped = empty  # built again from the settings above
+    try:
+        call_command("collectstatic", interactive=False, verbosity=0)
+    finally:
+        staticfiles_storage._wrapped = empty
+    (main,) = (tmp_path / "js" / "annotate").glob("main.*.js")
+    imports = re.findall(r'from "\./([^"]+)"', main.read_text())
+    assert imports and all(re.fullmatch(r"\w+\.[0-9a-f]{12}\.js", name) for name in imports)
