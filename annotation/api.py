@@ -5,6 +5,7 @@ the label and the reason rather than a schema path."""
 
 import json
 
+from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from ninja import Router
@@ -19,6 +20,7 @@ from workspaces.services import ServiceError
 
 router = Router(tags=["labels"])
 MAX_BODY = 8 * 1024 * 1024
+WORKER_WAIT_SECONDS = 90
 
 
 def _body(request: HttpRequest) -> dict:
@@ -42,6 +44,18 @@ def _image(request: HttpRequest, image_id: int, perm: Perm):
     )
     access.require(perm)
     return access, image
+
+
+def _worker_answer(result) -> dict:
+    """Wait for a model task's answer (models run in workers: web processes never load torch)."""
+    try:
+        return result.get(timeout=WORKER_WAIT_SECONDS)
+    except CeleryTimeout:
+        result.revoke()
+        raise ServiceError(
+            "No worker answered in time to run the model; it may be busy or stopped. "
+            "Try again in a minute."
+        ) from None
 
 
 def _box(data: dict) -> list[float]:
@@ -123,13 +137,11 @@ def suggestions_post(request: HttpRequest, image_id: int):
             f"“{model.name}” is a {model.get_task_display().lower()} model; this image's "
             f"dataset needs a {image.dataset.get_task_display().lower()} one."
         )
-    from annotation import assist
-    from annotation.prelabel import image_predict
+    from annotation.tasks import image_predict_task
 
-    try:
-        image_predict(image=image, model=model, conf=float(conf))
-    except assist.AssistError as exc:
-        raise ServiceError(str(exc)) from None
+    answer = _worker_answer(image_predict_task.delay(image.pk, model.pk, float(conf)))
+    if "error" in answer:
+        raise ServiceError(answer["error"])
     return JsonResponse(selectors.labels_payload(image))
 
 
@@ -168,15 +180,12 @@ def sam_post(request: HttpRequest, image_id: int):
     box = _box(data) if data.get("box") is not None else None
     if not points and box is None:
         raise ServiceError("Click the object first.")
-    from annotation import assist
-    from annotation.prelabel import image_files
+    from annotation.tasks import sam_polygon_task
 
-    try:
-        with image_files([image]) as (path,):
-            polygon = assist.sam_polygon(weights, path, points=points or None, box=box)
-    except assist.AssistError as exc:
-        raise ServiceError(str(exc)) from None
-    return JsonResponse({"data": polygon})
+    answer = _worker_answer(sam_polygon_task.delay(image.pk, weights, points, box))
+    if "error" in answer:
+        raise ServiceError(answer["error"])
+    return JsonResponse({"data": answer["data"]})
 
 
 @router.post("/datasets/{dataset_id}/classes")

@@ -9,7 +9,7 @@ from django.urls import reverse
 from annotation.models import PrelabelRun, Suggestion
 from datasets.models import Dataset, Image, Label, LabelStatus, Task
 from datasets.services.datasets import dataset_class_counts
-from datasets.services.gallery import GalleryFilter, class_colour
+from datasets.services.gallery import GalleryFilter, class_colour, filename_display
 from training.models import TrainedModel
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -190,7 +190,7 @@ def editor_data(*, request, access: WorkspaceAccess, dataset: Dataset, image: Im
     return {
         "image": {
             "id": image.pk,
-            "filename": image.filename,
+            "filename": filename_display(image.filename),
             "width": image.blob.width,
             "height": image.blob.height,
             "url": reverse(
@@ -227,8 +227,10 @@ def sam_message(weights: str) -> str:
     if weights:
         return "Click the object (Shift+click: background), then Enter."
     return (
-        "Segment Anything is not set up: an admin puts a SAM weights file (e.g. sam2.1_b.pt "
-        "or mobile_sam.pt) on the server and sets KESTREL_SAM_WEIGHTS to its path."
+        "Segment Anything is not set up: an admin puts an Ultralytics SAM weights file on the "
+        "server, keeping its published name (mobile_sam.pt, sam_b.pt, sam2.1_t.pt, ...: the "
+        "name tells Ultralytics which model it is), and sets KESTREL_SAM_WEIGHTS to its path. "
+        "Smart polygon (S) works without it."
     )
 
 

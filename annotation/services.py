@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from annotation.models import PrelabelRun, PrelabelState, Suggestion
 from annotation.shapes import CleanLabel, labels_clean
-from datasets.models import Dataset, DatasetClass, Image, Label, LabelStatus
+from datasets.models import Dataset, DatasetClass, Image, Label, LabelKind, LabelStatus
 from datasets.services.gallery import dataset_touch
 from training.models import TrainedModel
 from workspaces.permissions import Perm
@@ -16,7 +16,6 @@ from workspaces.selectors import WorkspaceAccess
 from workspaces.services import ServiceError
 
 MAX_COMMENT = 2000
-SUGGESTION_MIN_CONF = 0.01
 SUGGESTION_LIMIT = 300  # per image and model: the most confident
 
 
@@ -161,22 +160,31 @@ def suggestions_store(
 ) -> int:
     """Replace the image's suggestions from this model with `predictions` (assist.Prediction).
     Predictions of classes the dataset lacks are left out. Returns how many were stored."""
+    dims = (image.dataset.keypoint_shape or [17, 3])[1]
     rows = [
         Suggestion(
             image=image,
             model=model,
             dataset_class_id=class_map[p.class_index],
             kind=p.kind,
-            data=p.data,
+            data=_keypoint_dims(p.data, dims) if p.kind == LabelKind.KEYPOINTS else p.data,
             confidence=float(p.confidence),
         )
         for p in sorted(predictions, key=lambda p: -p.confidence)
-        if p.class_index in class_map and p.confidence >= SUGGESTION_MIN_CONF
+        if p.class_index in class_map
     ][:SUGGESTION_LIMIT]
     with transaction.atomic():
         Suggestion.objects.filter(image=image, model=model).delete()
         Suggestion.objects.bulk_create(rows)
     return len(rows)
+
+
+def _keypoint_dims(data: list[float], dims: int) -> list[float]:
+    """A model's keypoints come as (x, y, visibility); a dataset of (x, y) points drops the v."""
+    if dims == 3:
+        return data
+    points = data[4:]
+    return data[:4] + [v for i, v in enumerate(points) if i % 3 != 2]
 
 
 # --- pre-labelling a dataset -------------------------------------------------------------------

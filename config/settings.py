@@ -197,7 +197,10 @@ STORAGES = {
 # set per task only on short idempotent tasks. The visibility timeout is longer than any task's
 # hard time limit, so Redis never redelivers a message that is still being worked on.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
-CELERY_RESULT_BACKEND = None
+# Results are kept only by the few tasks a request waits on (the editor's model calls), for an
+# hour, in the broker's Redis; every other task ignores its result.
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=CELERY_BROKER_URL)
+CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
