@@ -21,6 +21,7 @@ class PlanAdmin(admin.ModelAdmin):
         "max_concurrent_jobs",
         "storage_quota_bytes",
         "max_deployments",
+        "predict_requests_per_minute",
         "is_default",
         "sort_order",
     ]

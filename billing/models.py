@@ -31,6 +31,12 @@ class Plan(models.Model):
         default=10 * 1000**3, help_text="Bytes of datasets, checkpoints and models."
     )
     max_deployments = models.PositiveIntegerField(default=1)
+    predict_requests_per_minute = models.PositiveIntegerField(
+        default=20, help_text="Inference API calls per minute, per API key."
+    )
+    max_model_upload_bytes = models.PositiveBigIntegerField(
+        default=200 * 1000**2, help_text="Largest model weights file that may be uploaded."
+    )
     is_default = models.BooleanField(
         default=False, help_text="Given to new workspaces. Exactly one plan is the default."
     )

@@ -17,6 +17,8 @@ DEFAULT_PLANS = [
         "max_concurrent_jobs": 1,
         "storage_quota_bytes": 10 * GB,
         "max_deployments": 1,
+        "predict_requests_per_minute": 20,
+        "max_model_upload_bytes": 200 * 1000**2,
         "is_default": True,
         "sort_order": 0,
     },
@@ -31,6 +33,8 @@ DEFAULT_PLANS = [
         "max_concurrent_jobs": 4,
         "storage_quota_bytes": 200 * GB,
         "max_deployments": 5,
+        "predict_requests_per_minute": 120,
+        "max_model_upload_bytes": 2 * GB,
         "sort_order": 1,
     },
     {
@@ -44,6 +48,8 @@ DEFAULT_PLANS = [
         "max_concurrent_jobs": 20,
         "storage_quota_bytes": 5000 * GB,
         "max_deployments": 50,
+        "predict_requests_per_minute": 600,
+        "max_model_upload_bytes": 10 * GB,
         "sort_order": 2,
     },
 ]

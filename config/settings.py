@@ -5,6 +5,7 @@ var/media/, Redis on localhost. DJANGO_ENV=production requires SECRET_KEY and AL
 turns on every `check --deploy` setting.
 """
 
+import hashlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -50,6 +51,7 @@ INSTALLED_APPS = [
     "datasets",
     "training",
     "annotation",
+    "deploy",
 ]
 
 MIDDLEWARE = [
@@ -268,6 +270,19 @@ STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_CURRENCY = env.str("STRIPE_CURRENCY", default="usd")
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Inference: the shared model server (python -m deploy.inference.server) web processes forward
+# predictions to, the token they present to it (and to dedicated endpoints), the ports
+# dedicated endpoints take on this machine, and whether callers may send image URLs.
+INFERENCE_URL = env.str("INFERENCE_URL", default="http://127.0.0.1:8765")
+INFERENCE_TOKEN = (
+    env.str("INFERENCE_TOKEN", default="")
+    or hashlib.sha256(f"kestrel-inference:{SECRET_KEY}".encode()).hexdigest()
+)
+DEPLOY_PORTS = range(
+    env.int("DEPLOY_PORT_FIRST", default=8800), env.int("DEPLOY_PORT_LAST", default=8899) + 1
+)
+PREDICT_MAX_BODY_BYTES = 20 * 1024 * 1024
+PREDICT_URL_SOURCES = env.bool("PREDICT_URL_SOURCES", default=False)
 # Segment Anything in the editor: a local Ultralytics SAM weights file (e.g. mobile_sam.pt).
 # Empty: the editor's SAM button says what is missing. GrabCut works without it.
 ANNOTATION_SAM_WEIGHTS = env.str("KESTREL_SAM_WEIGHTS", default="")

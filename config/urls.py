@@ -12,6 +12,7 @@ urlpatterns = [
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
     path("", include("annotation.views")),
+    path("", include("deploy.urls")),
     path("", include("training.views")),
     path("", include("training.live")),
     path("", include("billing.views")),

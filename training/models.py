@@ -287,6 +287,12 @@ class TrainedModel(models.Model):
     is_current = models.BooleanField(
         default=False, help_text="The project's promoted model (at most one per project)."
     )
+    inspect_state = models.CharField(
+        max_length=10,
+        default="ok",
+        help_text="Uploads: pending until a worker has loaded them in isolation; ok or failed.",
+    )
+    inspect_error = models.TextField(blank=True)
 
     objects = WorkspaceOwnedQuerySet.as_manager()
 

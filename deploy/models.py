@@ -1,0 +1,116 @@
+"""Serving trained models: dedicated endpoints, exports to other formats, and usage counts.
+
+The shared inference API needs no row: any model of a workspace can be called with a key of
+that workspace that has the predict scope."""
+
+from django.conf import settings
+from django.db import models
+
+from training.models import TrainedModel
+from workspaces.models import ApiKey, Workspace, WorkspaceOwnedQuerySet
+
+
+class DeploymentState(models.TextChoices):
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+
+
+class Deployment(models.Model):
+    """A process of its own serving one model at /d/<slug>/predict. The model behind the URL
+    can be swapped; the supervisor (a beat task) keeps `desired_running` true and restarts a
+    process that died."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="deployments")
+    model = models.ForeignKey(TrainedModel, on_delete=models.PROTECT, related_name="deployments")
+    slug = models.SlugField(max_length=60, unique=True)
+    name = models.CharField(max_length=100)
+    desired_running = models.BooleanField(default=True)
+    state = models.CharField(
+        max_length=10, choices=DeploymentState.choices, default=DeploymentState.STARTING
+    )
+    host = models.CharField(max_length=200, blank=True, help_text="Machine running the process.")
+    port = models.PositiveIntegerField(null=True, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.slug} ({self.state})"
+
+
+class ExportState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Done"
+    FAILED = "failed", "Failed"
+
+
+class ModelExport(models.Model):
+    """One model converted to one format by a background job; the file lands in storage."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    model = models.ForeignKey(TrainedModel, on_delete=models.CASCADE, related_name="exports")
+    format = models.CharField(max_length=20)
+    state = models.CharField(max_length=10, choices=ExportState.choices, default=ExportState.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0, help_text="0-100")
+    file_key = models.CharField(max_length=300, blank=True)
+    file_size = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    log = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.model_id} → {self.format} ({self.state})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in (ExportState.SUCCEEDED, ExportState.FAILED)
+
+
+class UsageDay(models.Model):
+    """Inference calls per day, per API key (none: the browser session), per model and per
+    deployment (none: the shared API). Counted in Redis per request, added here by a beat task."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True)
+    model = models.ForeignKey(TrainedModel, on_delete=models.SET_NULL, null=True, blank=True)
+    deployment = models.ForeignKey(Deployment, on_delete=models.SET_NULL, null=True, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    images = models.PositiveIntegerField(default=0)
+    total_ms = models.FloatField(default=0)
+    # "key:model:deployment" ids (0: none), so one row per combination on every database.
+    scope = models.CharField(max_length=60)
+
+    class Meta:
+        ordering = ["-day"]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "day", "scope"], name="usage_day_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.calls} calls"
