@@ -6,11 +6,9 @@ import logging
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.conf import settings
 from django.core.files.storage import FileSystemStorage, default_storage
 from django.db.models import F
 from django.utils import timezone
@@ -20,25 +18,12 @@ from annotation.models import PrelabelRun, PrelabelState
 from annotation.services import model_class_map, suggestions_store
 from datasets.models import Image, LabelStatus
 from training.models import TrainedModel
-from training.supervisor import storage_get_file
+from training.services.models import model_local_path
 
 logger = logging.getLogger(__name__)
 
 BATCH = 16
 _SUFFIX = {"image/png": ".png", "image/webp": ".webp", "image/bmp": ".bmp", "image/tiff": ".tif"}
-
-
-def model_weights_path(model: TrainedModel) -> Path:
-    """A local copy of the model's weights, fetched from storage once per content."""
-    if isinstance(default_storage, FileSystemStorage):
-        return Path(default_storage.path(model.weights_key))
-    folder = Path(settings.TRAINING_DIR) / "model-cache"
-    target = folder / f"{model.pk}-{(model.weights_sha256 or 'x')[:16]}.pt"
-    if not target.exists():
-        tmp = folder / f".{target.name}.{uuid.uuid4().hex}"
-        storage_get_file(model.weights_key, tmp)
-        os.replace(tmp, target)
-    return target
 
 
 @contextlib.contextmanager
@@ -63,7 +48,7 @@ def image_predict(*, image: Image, model: TrainedModel, conf: float = 0.25) -> i
     """Run the model on one image now; its suggestions replace the model's earlier ones."""
     class_map = model_class_map(model=model, dataset=image.dataset)
     with image_files([image]) as paths:
-        (result,) = assist.model_predict(model_weights_path(model), paths, conf=conf)
+        (result,) = assist.model_predict(model_local_path(model), paths, conf=conf)
     Image.objects.filter(pk=image.pk).update(uncertainty=result.uncertainty)
     return suggestions_store(
         image=image, model=model, predictions=result.predictions, class_map=class_map
@@ -82,7 +67,7 @@ def prelabel_execute(run: PrelabelRun) -> None:
     PrelabelRun.objects.filter(pk=run.pk).update(total=len(ids))
     class_map = model_class_map(model=run.model, dataset=run.dataset)
     try:
-        weights = model_weights_path(run.model)
+        weights = model_local_path(run.model)
         for start in range(0, len(ids), BATCH):
             batch = list(images.filter(pk__in=ids[start : start + BATCH]).order_by("pk"))
             with image_files(batch) as paths:

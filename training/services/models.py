@@ -1,16 +1,20 @@
 """Trained models: the ones jobs make, and weights a person uploads to fine-tune from."""
 
 import hashlib
+import os
 import tempfile
+import uuid
 from pathlib import Path
 
+from django.conf import settings
+from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
 from datasets.models import Task
 from datasets.services.ingest import display_name
 from training.models import TrainedModel
-from training.supervisor import storage_put_file
+from training.supervisor import storage_get_file, storage_put_file
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -82,3 +86,19 @@ def model_promote(*, access: WorkspaceAccess, model: TrainedModel) -> TrainedMod
     model.is_current = True  # written even when it looks current: the row may be stale
     model.save(update_fields=["is_current"])
     return model
+
+
+def model_local_path(model: TrainedModel, key: str | None = None) -> Path:
+    """A local file of the model (its weights, or `key`, say an export), fetched from storage
+    once per content when storage is not a local folder."""
+    key = key or model.weights_key
+    if isinstance(default_storage, FileSystemStorage):
+        return Path(default_storage.path(key))
+    folder = Path(settings.TRAINING_DIR) / "model-cache"
+    digest = hashlib.sha256(f"{key}:{model.weights_sha256}".encode()).hexdigest()[:16]
+    target = folder / f"{model.pk}-{digest}{Path(key).suffix}"
+    if not target.exists():
+        tmp = folder / f".{target.name}.{uuid.uuid4().hex}"
+        storage_get_file(key, tmp)
+        os.replace(tmp, target)
+    return target
