@@ -8,6 +8,7 @@ from billing.api import router as billing_router
 from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
+from deploy.api import router as deploy_router
 from training.api import router as training_router
 from training.trainer_events import router as trainer_router
 from workspaces.api import ApiKeyAuth
@@ -32,6 +33,7 @@ api.add_router("/", training_router)
 api.add_router("/", billing_router)
 api.add_router("/", trainer_router)
 api.add_router("/", annotation_router)
+api.add_router("/", deploy_router)
 
 
 @api.exception_handler(PermissionDenied)

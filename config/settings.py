@@ -219,6 +219,9 @@ TRAINING_QUEUE = env.str("TRAINING_QUEUE", default="training")
 CELERY_TASK_ROUTES = {"training.run_job": {"queue": TRAINING_QUEUE}}
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
+    # Dedicated endpoints that died are restarted; inference usage counts reach the database.
+    "deploy-deployments-check": {"task": "deploy.deployments_check", "schedule": 30.0},
+    "deploy-usage-flush": {"task": "deploy.usage_flush", "schedule": 60.0},
     "invitations-purge-expired": {
         "task": "workspaces.invitations_purge_expired",
         "schedule": crontab(minute=17),
@@ -281,6 +284,7 @@ INFERENCE_TOKEN = (
 DEPLOY_PORTS = range(
     env.int("DEPLOY_PORT_FIRST", default=8800), env.int("DEPLOY_PORT_LAST", default=8899) + 1
 )
+DEPLOY_HOST = env.str("DEPLOY_HOST", default="127.0.0.1")  # where dedicated endpoints listen
 PREDICT_MAX_BODY_BYTES = 20 * 1024 * 1024
 PREDICT_URL_SOURCES = env.bool("PREDICT_URL_SOURCES", default=False)
 # Segment Anything in the editor: a local Ultralytics SAM weights file (e.g. mobile_sam.pt).

@@ -4,11 +4,13 @@ from django.contrib import admin
 from django.urls import include, path
 
 from config.api import api
+from deploy.api import endpoints
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/v1/", api.urls),
+    path("d/", endpoints.urls),
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
     path("", include("annotation.views")),

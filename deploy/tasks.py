@@ -1,4 +1,40 @@
-"""Deploy background work. The export task lives in deploy.exports; it is imported here so
-Celery's autodiscovery registers it."""
+"""Deploy background work: ids in, load, guard, call the service. The export and inspection
+tasks live beside their code (deploy.exports, deploy.inspect) and are imported here so
+Celery's autodiscovery registers them."""
+
+import logging
+
+from celery import shared_task
 
 from deploy.exports import export_run  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+
+def _log_unexpected(task: str, kwargs: dict) -> None:
+    if kwargs:
+        logger.warning("%s: unexpected arguments %s", task, sorted(kwargs))
+
+
+@shared_task(name="deploy.deployment_reconcile", soft_time_limit=150, time_limit=180)
+def deployment_reconcile(deployment_id: int, **kwargs) -> None:
+    _log_unexpected("deploy.deployment_reconcile", kwargs)
+    from deploy.supervisor import deployment_reconcile as reconcile
+
+    reconcile(deployment_id)
+
+
+@shared_task(name="deploy.deployments_check", soft_time_limit=600, time_limit=660)
+def deployments_check(**kwargs) -> int:
+    _log_unexpected("deploy.deployments_check", kwargs)
+    from deploy.supervisor import deployments_check as check
+
+    return check()
+
+
+@shared_task(name="deploy.usage_flush", soft_time_limit=120, time_limit=150)
+def usage_flush(**kwargs) -> int:
+    _log_unexpected("deploy.usage_flush", kwargs)
+    from deploy.usage import usage_flush as flush
+
+    return flush()

@@ -63,6 +63,9 @@ pids+=($!)
 .venv/bin/celery -A config worker -Q training --concurrency 1 --hostname "training@%h" \
   --loglevel INFO >var/log/training.log 2>&1 &
 pids+=($!)
+# The shared inference API's model server (warm models, micro-batched); web forwards to it.
+$PY -m deploy.inference --host 127.0.0.1 --port 8765 --name shared >var/log/inference.log 2>&1 &
+pids+=($!)
 .venv/bin/celery -A config beat --schedule var/celerybeat-schedule --loglevel INFO \
   >var/log/beat.log 2>&1 &
 pids+=($!)
@@ -72,5 +75,5 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 echo
-echo "Kestrel is running at http://$HOST:$PORT/  (worker, training and beat logs in var/log/; Ctrl-C stops all)"
+echo "Kestrel is running at http://$HOST:$PORT/  (worker, training, inference and beat logs in var/log/; Ctrl-C stops all)"
 wait -n "${pids[@]}" || true

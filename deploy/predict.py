@@ -1,0 +1,234 @@
+"""A prediction request, from the caller to the model server and back.
+
+Web processes check the caller, the plan's rate limit, the image (the same guarded loader as
+imports) and the parameters, then forward the image to a model server process
+(deploy.inference): the shared one, or a deployment's own. Torch never loads here."""
+
+import base64
+import binascii
+import json
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import httpx
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+
+from datasets.services.images import ImageRejected, image_check
+from deploy.fetch import FetchRefused, fetch_image
+from deploy.models import ExportState, ModelExport
+from deploy.ratelimit import rate_take
+from deploy.usage import usage_count
+from training.models import JobState, TrainedModel
+from training.services.models import model_local_path
+from workspaces.models import ApiKey
+from workspaces.selectors import WorkspaceAccess
+
+IMGSZ_RANGE = (32, 1280)
+_client = httpx.Client(timeout=httpx.Timeout(120.0, connect=2.0))
+
+
+class PredictRefused(Exception):
+    def __init__(self, status: int, detail: str, headers: dict | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.headers = status, detail, headers or {}
+
+    def response(self) -> JsonResponse:
+        response = JsonResponse({"detail": self.detail}, status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+@dataclass(frozen=True)
+class Params:
+    conf: float
+    iou: float
+    imgsz: int
+    max_det: int
+
+    def query(self) -> dict:
+        return {"conf": self.conf, "iou": self.iou, "imgsz": self.imgsz, "max_det": self.max_det}
+
+
+def _number(raw, name: str, cast, low, high, default):
+    if raw in (None, ""):
+        return default
+    try:
+        value = cast(raw)
+    except (TypeError, ValueError):
+        raise PredictRefused(400, f"{name} must be a number.") from None
+    if isinstance(raw, bool) or not low <= value <= high:
+        raise PredictRefused(400, f"{name} must be between {low} and {high}, not {raw}.")
+    return value
+
+
+def params_parse(values, model: TrainedModel) -> Params:
+    return Params(
+        conf=_number(values.get("conf"), "conf", float, 0.0001, 1.0, 0.25),
+        iou=_number(values.get("iou"), "iou", float, 0.0001, 1.0, 0.7),
+        imgsz=_number(values.get("imgsz"), "imgsz", int, *IMGSZ_RANGE, model.imgsz or 640),
+        max_det=_number(values.get("max_det"), "max_det", int, 1, 1000, 300),
+    )
+
+
+def _json_body(request: HttpRequest) -> dict:
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise PredictRefused(400, "The body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise PredictRefused(400, "Send a JSON object.")
+    return body
+
+
+def request_image(request: HttpRequest) -> tuple[bytes, dict]:
+    """The image bytes and the parameters, from multipart `file`, JSON base64 `image`, or (when
+    enabled) a `url`. Refuses a body over the size cap with 413."""
+    cap = settings.PREDICT_MAX_BODY_BYTES
+    length = request.headers.get("Content-Length")
+    if length and length.isdigit() and int(length) > cap + 64 * 1024:
+        raise PredictRefused(413, f"The request is over {cap // (1024 * 1024)} MB.")
+    content_type = request.content_type or ""
+    if content_type.startswith("multipart/form-data"):
+        upload = request.FILES.get("file")
+        values = {**request.GET.dict(), **request.POST.dict()}
+        if upload is None:
+            if values.get("url"):
+                return _from_url(values["url"]), values
+            raise PredictRefused(400, "Send the image as a multipart field named file.")
+        if upload.size > cap:
+            raise PredictRefused(413, f"The image is over {cap // (1024 * 1024)} MB.")
+        return upload.read(), values
+    if content_type == "application/json":
+        body = _json_body(request)
+        values = {**request.GET.dict(), **body}
+        if body.get("image"):
+            try:
+                data = base64.b64decode(str(body["image"]), validate=True)
+            except (binascii.Error, ValueError):
+                raise PredictRefused(400, "image must be base64-encoded bytes.") from None
+            if len(data) > cap:
+                raise PredictRefused(413, f"The image is over {cap // (1024 * 1024)} MB.")
+            return data, values
+        if body.get("url"):
+            return _from_url(body["url"]), values
+        raise PredictRefused(400, "Send the image as base64 in image, or as a file.")
+    raise PredictRefused(
+        415, "Send multipart/form-data with a file field, or JSON with a base64 image."
+    )
+
+
+def _from_url(url) -> bytes:
+    if not settings.PREDICT_URL_SOURCES:
+        raise PredictRefused(
+            400, "Image URLs are turned off on this server; send the image itself."
+        )
+    try:
+        return fetch_image(str(url), max_bytes=settings.PREDICT_MAX_BODY_BYTES)
+    except FetchRefused as exc:
+        raise PredictRefused(400, str(exc)) from None
+    except httpx.HTTPError as exc:
+        raise PredictRefused(400, f"The image URL could not be fetched ({exc}).") from None
+
+
+def model_ready(model: TrainedModel) -> None:
+    if model.job_id and model.job.state not in (JobState.SUCCEEDED, JobState.STOPPED):
+        raise PredictRefused(409, f"“{model.name}” is still training; try when its run ends.")
+    if model.inspect_state == "pending":
+        raise PredictRefused(409, f"“{model.name}” is still being checked; try in a minute.")
+    if model.inspect_state == "failed":
+        raise PredictRefused(
+            400, f"“{model.name}” could not be loaded: {model.inspect_error or 'unknown error'}"
+        )
+
+
+def model_file(model: TrainedModel) -> tuple[str, str]:
+    """The file a server loads (an ONNX export when there is one: ONNX Runtime is the faster
+    runtime on a CPU) and its cache key."""
+    onnx = (
+        ModelExport.objects.filter(model=model, format="onnx", state=ExportState.SUCCEEDED)
+        .order_by("-finished_at")
+        .first()
+    )
+    if onnx is not None and onnx.file_key:
+        return str(model_local_path(model, onnx.file_key)), f"{model.pk}:onnx:{onnx.pk}"
+    return str(model_local_path(model)), f"{model.pk}:{(model.weights_sha256 or 'pt')[:16]}"
+
+
+def rate_limited(access: WorkspaceAccess) -> None:
+    plan = access.workspace.plan
+    limit = getattr(plan, "predict_requests_per_minute", 20) or 20
+    who = f"key{access.api_key.pk}" if access.api_key else f"user{access.user.pk}"
+    verdict = rate_take(who=who, limit=limit)
+    if not verdict.allowed:
+        raise PredictRefused(
+            429,
+            f"Rate limit: the {plan.name} plan allows {limit} calls a minute per key. "
+            f"Try again in {verdict.retry_after} s.",
+            {"Retry-After": str(verdict.retry_after)},
+        )
+
+
+def predict_forward(
+    *,
+    request: HttpRequest,
+    access: WorkspaceAccess,
+    model: TrainedModel,
+    server_url: str,
+    deployment_id: int | None = None,
+) -> JsonResponse:
+    """The whole call: limits, image, parameters, the model server, usage. Errors are JSON
+    `{"detail": ...}` with the right status; every call is counted."""
+    started = time.perf_counter()
+    key: ApiKey | None = access.api_key
+    ok, images = False, 0
+    try:
+        rate_limited(access)
+        model_ready(model)
+        data, values = request_image(request)
+        params = params_parse(values, model)
+        try:
+            checked = image_check(data)
+        except ImageRejected as exc:
+            raise PredictRefused(400, f"The file is not a usable image: {exc}.") from None
+        path, cache_key = model_file(model)
+        try:
+            answer = _client.post(
+                f"{server_url}/predict",
+                params=params.query(),
+                content=checked.data,
+                headers={
+                    "Authorization": f"Bearer {settings.INFERENCE_TOKEN}",
+                    "X-Model-Path": path,
+                    "X-Model-Key": cache_key,
+                    "X-Model-Name": quote(model.name),
+                    "X-Model-Task": model.task,
+                    "Content-Type": "application/octet-stream",
+                },
+            )
+        except httpx.HTTPError:
+            raise PredictRefused(
+                503, "The model server is not answering; it may be starting. Try again shortly."
+            ) from None
+        try:
+            body = answer.json()
+        except ValueError:
+            raise PredictRefused(502, "The model server gave an unreadable answer.") from None
+        if answer.status_code != 200:
+            raise PredictRefused(answer.status_code, body.get("detail") or "The model failed.")
+        ok, images = True, len(body.get("images", []))
+        return JsonResponse(body)
+    except PredictRefused as refused:
+        return refused.response()
+    finally:
+        usage_count(
+            workspace_id=access.workspace.pk,
+            api_key_id=key.pk if key else None,
+            model_id=model.pk,
+            deployment_id=deployment_id,
+            ok=ok,
+            ms=(time.perf_counter() - started) * 1000,
+            images=images,
+        )

@@ -1,0 +1,42 @@
+"""Calls per minute per API key (or per person, from the browser), counted in the shared Redis
+so every web process sees the same count."""
+
+import time
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
+WINDOW_SECONDS = 60
+_client: redis.Redis | None = None
+
+
+def _redis() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(settings.TRAINING_REDIS_URL)
+    return _client
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    limit: int
+    remaining: int
+    retry_after: int  # seconds until the window resets
+
+
+def rate_take(*, who: str, limit: int, now: float | None = None) -> Verdict:
+    """Count one call for `who` in the current minute; refuse past `limit`. A fixed window:
+    one INCR, atomic across processes."""
+    now = time.time() if now is None else now
+    window = int(now // WINDOW_SECONDS)
+    key = f"kestrel:ratelimit:{who}:{window}"
+    pipe = _redis().pipeline()
+    pipe.incr(key)
+    pipe.expire(key, WINDOW_SECONDS + 5)
+    count, _ = pipe.execute()
+    retry = max(1, int((window + 1) * WINDOW_SECONDS - now + 0.999))
+    return Verdict(
+        allowed=count <= limit, limit=limit, remaining=max(0, limit - count), retry_after=retry
+    )

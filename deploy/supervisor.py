@@ -1,0 +1,229 @@
+"""Dedicated endpoint processes on this machine: started detached (they outlive the worker
+that started them), checked by a beat task, restarted when they die, stopped on request."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from deploy.models import Deployment, DeploymentState
+
+HEALTH_TIMEOUT = 2.0
+START_WAIT_SECONDS = 90
+LOG_TAIL_BYTES = 16 * 1024
+
+
+def log_path(deployment: Deployment) -> Path:
+    folder = Path(settings.TRAINING_DIR).parent / "deployments"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{deployment.slug}.log"
+
+
+def log_tail(deployment: Deployment) -> str:
+    path = log_path(deployment)
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+        return f.read().decode("utf-8", "replace")
+
+
+def _url(deployment: Deployment) -> str:
+    return f"http://{settings.DEPLOY_HOST}:{deployment.port}"
+
+
+def health(deployment: Deployment) -> dict | None:
+    """The process's /health answer, if it is this deployment's process and answers."""
+    if not deployment.port:
+        return None
+    try:
+        answer = httpx.get(f"{_url(deployment)}/health", timeout=HEALTH_TIMEOUT).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    return answer if answer.get("name") == f"deployment-{deployment.slug}" else None
+
+
+def stats(deployment: Deployment) -> dict | None:
+    try:
+        return httpx.get(
+            f"{_url(deployment)}/stats",
+            headers={"Authorization": f"Bearer {settings.INFERENCE_TOKEN}"},
+            timeout=HEALTH_TIMEOUT,
+        ).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((settings.DEPLOY_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(deployment: Deployment) -> int:
+    taken = set(
+        Deployment.objects.exclude(pk=deployment.pk)
+        .exclude(port=None)
+        .values_list("port", flat=True)
+    )
+    for port in settings.DEPLOY_PORTS:
+        if port not in taken and _port_free(port):
+            return port
+    raise RuntimeError("Every port for dedicated endpoints is in use.")
+
+
+def _reap(pid: int | None) -> None:
+    """Collect a dead child of this worker, so it does not linger as a zombie."""
+    if pid:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _kill(pid: int | None) -> None:
+    if not pid:
+        return
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        _reap(pid)
+        return
+    for _ in range(50):
+        _reap(pid)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+
+
+def process_start(deployment: Deployment) -> Deployment:
+    """Start the deployment's process and wait until it answers (or give up: failed)."""
+    port = deployment.port if deployment.port and _port_free(deployment.port) else None
+    port = port or _free_port(deployment)
+    log = log_path(deployment).open("ab")
+    log.write(f"\n--- starting at {timezone.now():%Y-%m-%d %H:%M:%S} on port {port}\n".encode())
+    log.flush()
+    proc = subprocess.Popen(  # noqa: S603 (our interpreter and module, fixed arguments)
+        [
+            sys.executable,
+            "-m",
+            "deploy.inference",
+            "--host",
+            settings.DEPLOY_HOST,
+            "--port",
+            str(port),
+            "--name",
+            f"deployment-{deployment.slug}",
+        ],
+        cwd=settings.BASE_DIR,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: it outlives the worker
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings"),
+        },
+    )
+    log.close()
+    Deployment.objects.filter(pk=deployment.pk).update(
+        port=port,
+        pid=proc.pid,
+        host=socket.gethostname(),
+        state=DeploymentState.STARTING,
+        started_at=timezone.now(),
+    )
+    deployment.refresh_from_db()
+    deadline = time.monotonic() + START_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        if health(deployment):
+            Deployment.objects.filter(pk=deployment.pk).update(
+                state=DeploymentState.RUNNING, checked_at=timezone.now()
+            )
+            deployment.refresh_from_db()
+            return deployment
+        time.sleep(0.3)
+    _kill(proc.pid)
+    tail = log_tail(deployment).strip().splitlines()[-5:]
+    Deployment.objects.filter(pk=deployment.pk).update(
+        state=DeploymentState.FAILED,
+        pid=None,
+        last_error="The endpoint process did not start: " + (" / ".join(tail) or "no output"),
+    )
+    deployment.refresh_from_db()
+    return deployment
+
+
+def process_stop(deployment: Deployment) -> Deployment:
+    _kill(deployment.pid)
+    Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED, pid=None)
+    deployment.refresh_from_db()
+    return deployment
+
+
+def _ours(deployment: Deployment) -> bool:
+    return not deployment.host or deployment.host == socket.gethostname()
+
+
+def deployment_reconcile(deployment_id: int) -> Deployment | None:
+    """Bring one deployment to what is wanted: running (start it if it does not answer) or
+    stopped. One at a time per deployment (row lock taken without waiting)."""
+    with transaction.atomic():
+        deployment = (
+            Deployment.objects.select_for_update(skip_locked=True).filter(pk=deployment_id).first()
+        )
+        if deployment is None or not _ours(deployment):
+            return deployment
+        if not deployment.desired_running:
+            return process_stop(deployment)
+        if health(deployment):
+            if deployment.state != DeploymentState.RUNNING:
+                deployment.state = DeploymentState.RUNNING
+                deployment.save(update_fields=["state"])
+            Deployment.objects.filter(pk=deployment.pk).update(checked_at=timezone.now())
+            return deployment
+        was_running = deployment.state == DeploymentState.RUNNING
+        _kill(deployment.pid)  # hung or half-dead: make sure it is gone
+        if was_running:
+            Deployment.objects.filter(pk=deployment.pk).update(
+                restarts=deployment.restarts + 1,
+                last_error=(
+                    f"The process stopped answering at {timezone.now():%Y-%m-%d %H:%M:%S} UTC "
+                    "and was restarted."
+                ),
+            )
+            deployment.refresh_from_db()
+        return process_start(deployment)
+
+
+def deployments_check() -> int:
+    """Every deployment of this machine: restart the dead, stop the unwanted. One that failed
+    to start waits for a person to press Start again. Returns how many were looked at."""
+    ids = list(
+        Deployment.objects.exclude(state=DeploymentState.STOPPED, desired_running=False)
+        .exclude(state=DeploymentState.FAILED)
+        .values_list("pk", flat=True)
+    )
+    for pk in ids:
+        deployment_reconcile(pk)
+    return len(ids)
