@@ -6,15 +6,12 @@ app and its static files from a thread of the test process, so mailoutbox sees i
 """
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tests.servers import app_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -132,49 +129,11 @@ def screenshot(request):
     return shoot
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def asgi_server(transactional_db):
     """The app under uvicorn on this test's database, in a process of its own; yields its base
     URL. Pages that follow a job need it: the job's event stream (training.live) is an async
     view that runs as long as the job, and live_server, a WSGI server, would hold it back whole.
     """
-    from django.conf import settings
-    from django.db import connection
-
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
-        "DJANGO_SETTINGS_MODULE": "config.test_settings",
-        "MEDIA_ROOT": str(settings.MEDIA_ROOT),
-        "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,
-    }
-    command = [sys.executable, "-m", "uvicorn", "config.asgi:application"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/accounts/login/", timeout=2).read()  # noqa: S310
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError("uvicorn did not start") from None
-            time.sleep(0.3)
-    try:
+    with app_server() as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)

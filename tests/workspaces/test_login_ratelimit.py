@@ -3,7 +3,6 @@
 import http.cookiejar
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -14,18 +13,13 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.servers import free_port
 from tests.workspaces.factories import PASSWORD, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG = "The email address and/or password you specified are not correct."
 LIMITED = "Too many failed login attempts"
 HOST = "kestrel.test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _login(port: int, email: str, password: str) -> str:
@@ -61,7 +55,7 @@ def two_web_processes(transactional_db):
         # Only the per-account limit: every attempt here comes from 127.0.0.1.
         "LOGIN_FAILED_RATE_LIMIT": "100/m/ip,5/300s/key",
     }
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     procs = [
         subprocess.Popen(
             [

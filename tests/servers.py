@@ -1,0 +1,59 @@
+"""The app under uvicorn in a process of its own, on the current test's database."""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def app_server(**env_extra: str) -> Iterator[str]:
+    """Start uvicorn on this test's database and storage; yield its base URL; stop it."""
+    from django.conf import settings
+    from django.db import connection
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "config.test_settings",
+        "MEDIA_ROOT": str(settings.MEDIA_ROOT),
+        "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,
+        **env_extra,
+    }
+    command = [sys.executable, "-m", "uvicorn", "config.asgi:application"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/accounts/login/", timeout=2).read()  # noqa: S310
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("uvicorn did not start") from None
+            time.sleep(0.3)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
