@@ -17,6 +17,7 @@ from billing import ledger, stripe_gateway
 from billing import selectors as billing_selectors
 from billing.payments import PRESET_CREDITS
 from datasets.models import Task
+from deploy.selectors import inference_usage
 from training import selectors as training_selectors
 from workspaces import selectors, services
 from workspaces.decorators import workspace_view
@@ -178,6 +179,7 @@ def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
                 "micro": [row["spent"] for row in usage],
             },
             "job_costs": billing_selectors.job_costs(account=account),
+            "inference": inference_usage(workspace=access.workspace),
             "topups_enabled": stripe_gateway.enabled(),
             "can_buy": access.can(Perm.MANAGE_BILLING),
             "presets": PRESET_CREDITS,
@@ -275,9 +277,7 @@ def member_reviewer(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     membership = selectors.membership_get(workspace=access.workspace, pk=pk)
     wanted = request.POST.get("is_reviewer") == "1"
     try:
-        services.membership_set_reviewer(
-            access=access, membership=membership, is_reviewer=wanted
-        )
+        services.membership_set_reviewer(access=access, membership=membership, is_reviewer=wanted)
     except ServiceError as e:
         messages.error(request, str(e))
     else:

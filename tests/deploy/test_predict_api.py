@@ -204,3 +204,14 @@ def test_usage_is_counted_per_key_model_and_day(team, model):
     usage_flush()
     row.refresh_from_db()
     assert row.calls == 4
+
+
+def test_the_billing_page_shows_inference_calls_per_day_key_and_model(team, model):
+    client, key = _key_client(team)
+    _post(client, model)
+    usage_flush()
+    viewer = Client()
+    viewer.force_login(team.viewer)
+    page = viewer.get("/w/acme/billing/").content.decode()
+    section = page[page.index('data-testid="inference-usage"') :]
+    assert key.prefix in section and model.name in section
