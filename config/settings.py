@@ -213,7 +213,7 @@ CELERY_TASK_SOFT_TIME_LIMIT = 10 * 60
 CELERY_TASK_TIME_LIMIT = 15 * 60
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60 * 60}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_DEFAULT_QUEUE", default="default")
 # Training runs have their own queue (workers sized for them); the reaper stays on default.
 TRAINING_QUEUE = env.str("TRAINING_QUEUE", default="training")
 CELERY_TASK_ROUTES = {"training.run_job": {"queue": TRAINING_QUEUE}}

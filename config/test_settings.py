@@ -17,6 +17,10 @@ os.environ.setdefault("TRAINING_DIR", tempfile.mkdtemp(prefix="kestrel-test-trai
 os.environ.setdefault("TRAINING_ALLOW_DOWNLOADS", "false")
 os.environ.setdefault("TRAINING_HEARTBEAT_SECONDS", "1")
 os.environ.setdefault("TRAINING_QUEUE", f"training-{os.environ.get('KESTREL_TEST_DB', 'test')}")
+# Likewise the default queue: a worker of another suite (another test database) never takes
+# this suite's imports, exports or model calls.
+_SUITE = os.environ.get("KESTREL_TEST_DB", "test")
+os.environ.setdefault("CELERY_DEFAULT_QUEUE", f"default-{_SUITE}")
 
 from config.settings import *  # noqa: E402,F403
 

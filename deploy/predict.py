@@ -165,7 +165,8 @@ def rate_limited(access: WorkspaceAccess) -> None:
     if not verdict.allowed:
         raise PredictRefused(
             429,
-            f"Rate limit: the {plan.name} plan allows {limit} calls a minute per key. "
+            f"Rate limit: the {plan.name} plan allows {limit} calls a minute per "
+            f"{'key' if access.api_key else 'person'}. "
             f"Try again in {verdict.retry_after} s.",
             {"Retry-After": str(verdict.retry_after)},
         )

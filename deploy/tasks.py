@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 
 from deploy.exports import export_run  # noqa: F401
+from deploy.inspect import model_inspect  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

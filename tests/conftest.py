@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
@@ -84,7 +85,7 @@ def celery_worker_process(transactional_db):
             "config",
             "worker",
             "-Q",
-            f"{queue},default",
+            f"{queue},{settings.CELERY_TASK_DEFAULT_QUEUE}",
             "--pool",
             "solo",
             "--loglevel",

@@ -53,6 +53,15 @@ _ALLOWED_NAMES = {
         "channels_last",
         "preserve_format",
     },
+    # A classifier keeps its preprocessing (torchvision's plain transform classes) with it.
+    "torchvision.transforms.functional": {"InterpolationMode"},
+    "torchvision.transforms.transforms": {
+        "CenterCrop",
+        "Compose",
+        "Normalize",
+        "Resize",
+        "ToTensor",
+    },
     "collections": {"OrderedDict", "defaultdict"},
     "builtins": {"set", "frozenset", "slice", "complex", "range", "bytearray", "object"},
     "__builtin__": {"set", "frozenset", "slice", "complex", "range", "bytearray", "object"},

@@ -257,6 +257,12 @@ def job_submit(
         if base_model is None:
             raise ServiceError("Pick the model to fine-tune.")
         _in_workspace(access, base_model, "model")
+        if base_model.inspect_state != "ok":
+            raise ServiceError(
+                f"“{base_model.name}” is still being checked; try again in a minute."
+                if base_model.inspect_state == "pending"
+                else f"“{base_model.name}” could not be loaded: {base_model.inspect_error}"
+            )
         if base_model.task != params.task:
             raise ServiceError(
                 f"“{base_model.name}” is a {Task(base_model.task).label.lower()} model; it "

@@ -20,16 +20,21 @@ from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 from workspaces.services import ServiceError
 
-MAX_WEIGHTS_BYTES = 2 * 1024**3
 ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _megabytes(size: int) -> str:
+    """Sizes as plans state them (decimal: 200 MB, 2 GB)."""
+    return f"{size / 1000**3:.3g} GB" if size >= 1000**3 else f"{size / 1000**2:.3g} MB"
 
 
 @transaction.atomic
 def model_upload(
     *, access: WorkspaceAccess, project: Project, name: str, task: str, upload: UploadedFile
 ) -> TrainedModel:
-    """Keep an uploaded .pt to fine-tune from. It is never loaded here: only the trainer process
-    opens it, after checking what its pickle would import."""
+    """Keep an uploaded .pt, up to the plan's size limit. It is never loaded here: a worker
+    process inspects it (deploy.model_inspect: its pickle checked, then loaded to read its task,
+    classes and image size); until then it is pending and nothing uses it."""
     access.require(Perm.TRAIN)
     if project.workspace_id != access.workspace.pk:
         raise ServiceError("This project belongs to another workspace.")
@@ -38,8 +43,12 @@ def model_upload(
     filename = display_name(upload.name or "weights.pt")
     if not filename.lower().endswith(".pt"):
         raise ServiceError(f"{filename} is not a .pt file.")
-    if upload.size > MAX_WEIGHTS_BYTES:
-        raise ServiceError(f"{filename} is larger than {MAX_WEIGHTS_BYTES // 1024**3} GB.")
+    plan = access.workspace.plan
+    if upload.size > plan.max_model_upload_bytes:
+        raise ServiceError(
+            f"{filename} is larger than the {plan.name} plan's limit for weights files, "
+            f"{_megabytes(plan.max_model_upload_bytes)}."
+        )
     digest = hashlib.sha256()
     with tempfile.NamedTemporaryFile(suffix=".pt") as tmp:
         head = b""
@@ -64,10 +73,14 @@ def model_upload(
             weights_size=upload.size,
             weights_sha256=digest.hexdigest(),
             created_by=access.user,
+            inspect_state="pending",
         )
         model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
         storage_put_file(model.weights_key, Path(tmp.name))
     model.save(update_fields=["weights_key"])
+    from deploy.inspect import model_inspect
+
+    transaction.on_commit(lambda: model_inspect.delay(model.pk))
     return model
 
 

@@ -6,6 +6,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from deploy.exports import exports_panel
 from training import selectors
 from training.services.models import model_promote, model_upload
 from training.views.job_page import metric_groups
@@ -23,7 +24,12 @@ def model_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     return render(
         request,
         "training/model_detail.html",
-        {"access": access, "model": model, "metrics": metric_groups(model.metrics)},
+        {
+            "access": access,
+            "model": model,
+            "metrics": metric_groups(model.metrics),
+            **exports_panel(access=access, model=model),
+        },
     )
 
 

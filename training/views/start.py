@@ -44,7 +44,8 @@ def _initial(versions, request) -> dict:
 def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
     project = workspace_selectors.project_get(workspace=access.workspace, pk=pk)
     versions = selectors.trainable_versions(workspace=access.workspace)
-    models = list(selectors.model_list(workspace=access.workspace))
+    # Only models a worker has loaded can be fine-tuned from (uploads are checked first).
+    models = list(selectors.model_list(workspace=access.workspace).filter(inspect_state="ok"))
     machines = gpu_choices(workspace=access.workspace)
     form = TrainForm(
         request.POST or None, versions=versions, models=models, initial=_initial(versions, request)

@@ -1,0 +1,130 @@
+"""The process that opens user weights: exports a model to another format, or inspects an
+uploaded checkpoint. Web and Celery processes never import torch or Ultralytics for this; they
+start this module and read its answers.
+
+    python -m deploy.export_worker export <weights.pt> <format> <outdir>
+    python -m deploy.export_worker inspect <weights.pt>
+
+One JSON object per line on stdout: {"progress": 0-100, "message": ...} while it works, then
+{"result": {...}} or {"error": "..."}. Everything else anyone prints (Ultralytics, PNNX, OpenVINO,
+including what C code writes) goes to stderr, which the caller keeps as the log. The caller sets
+the environment (Ultralytics offline, no installs). Django is not imported here.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from training.weights_check import UnsafeWeights, weights_check
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class Reporter:
+    """Answers on the protocol stream, which nothing else writes to."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def send(self, **message: Any) -> None:
+        self.stream.write(json.dumps(message) + "\n")
+        self.stream.flush()
+
+    def progress(self, percent: int, message: str) -> None:
+        self.send(progress=percent, message=message)
+
+
+def _protocol_stream() -> TextIO:
+    """A private copy of stdout for the answers; fd 1 then points at stderr, so prints of
+    Python and of native libraries land in the log."""
+    stream = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    return stream
+
+
+def _load(weights: Path, reporter: Reporter):
+    """The YOLO model in `weights`, after its pickle was found harmless."""
+    reporter.progress(5, "Checking what the weights file would run when loaded")
+    weights_check(weights)  # before anything unpickles it
+    reporter.progress(15, "Loading the model")
+    from ultralytics import YOLO
+
+    return YOLO(str(weights))
+
+
+def _names(model) -> list[str]:
+    names = model.names
+    if isinstance(names, dict):
+        return [str(names[i]) for i in sorted(names)]
+    return [str(n) for n in names]
+
+
+def _imgsz(model) -> int | None:
+    """The image size it was trained at, when the checkpoint says."""
+    for source in (getattr(model, "ckpt", None) or {}).get("train_args") or {}, model.overrides:
+        size = source.get("imgsz") if isinstance(source, dict) else None
+        if isinstance(size, int) and size > 0:
+            return size
+        if isinstance(size, list | tuple) and size and isinstance(size[0], int):
+            return max(size)
+    return None
+
+
+def inspect(weights: Path, reporter: Reporter) -> dict:
+    model = _load(weights, reporter)
+    return {"task": model.task, "class_names": _names(model), "imgsz": _imgsz(model)}
+
+
+def export(weights: Path, fmt: str, outdir: Path, imgsz: int, reporter: Reporter) -> dict:
+    """Export next to a copy of the weights in `outdir` (Ultralytics writes beside its input)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    source = outdir / weights.name
+    if source.resolve() != weights.resolve():
+        shutil.copyfile(weights, source)
+    model = _load(source, reporter)
+    model.add_callback("on_export_start", lambda _: reporter.progress(30, f"Exporting to {fmt}"))
+    reporter.progress(25, "Preparing the export")
+    # ONNX with dynamic axes: the inference API's imgsz parameter applies to it too.
+    extra = {"dynamic": True} if fmt == "onnx" else {}
+    output = model.export(format=fmt, imgsz=imgsz, device="cpu", verbose=False, **extra)
+    if not output:
+        raise RuntimeError(f"Ultralytics returned no {fmt} file")
+    output = Path(output)
+    if not output.exists():
+        raise RuntimeError(f"Ultralytics said it wrote {output.name}, but it is not there")
+    source.unlink(missing_ok=True)
+    reporter.progress(90, "Exported")
+    return {"path": str(output), "task": model.task, "class_names": _names(model)}
+
+
+def main(argv: list[str]) -> int:
+    reporter = Reporter(_protocol_stream())
+    try:
+        if len(argv) >= 2 and argv[0] == "inspect":
+            result = inspect(Path(argv[1]), reporter)
+        elif len(argv) >= 4 and argv[0] == "export":
+            imgsz = int(argv[4]) if len(argv) > 4 else 640
+            result = export(Path(argv[1]), argv[2], Path(argv[3]), imgsz, reporter)
+        else:
+            reporter.send(
+                error="usage: export <weights> <format> <outdir> [imgsz] | inspect <weights>"
+            )
+            return EXIT_USAGE
+    except UnsafeWeights as e:
+        reporter.send(error=f"The weights file was refused: {e}.")
+        return EXIT_FAILED
+    except Exception as e:  # noqa: BLE001 - every failure becomes one readable answer
+        message = str(e).strip().splitlines()[0][:500] if str(e).strip() else ""
+        reporter.send(error=f"{type(e).__name__}: {message}" if message else type(e).__name__)
+        return EXIT_FAILED
+    reporter.send(result=result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,3 @@
+from deploy.inference.server import main
+
+main()

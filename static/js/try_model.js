@@ -1,0 +1,536 @@
+// The try-it page: an image dropped or picked is sent once to the model's predict API with the
+// browser session and a low confidence; what comes back is drawn over the image on a canvas,
+// and the threshold slider filters it here, without a new request. The image is read as a
+// data: URL (the content security policy allows no blob: images).
+(function () {
+  "use strict";
+
+  // Ultralytics' palette, so colours match what its own plots show for the same class index.
+  var PALETTE = [
+    "#FF3838", "#FF9D97", "#FF701F", "#FFB21D", "#CFD231", "#48F90A", "#92CC17", "#3DDB86",
+    "#1A9334", "#00D4BB", "#2C99A8", "#00C2FF", "#344593", "#6473FF", "#0018EC", "#8438FF",
+    "#520085", "#CB38FF", "#FF95C8", "#FF37C7",
+  ];
+  // COCO's 17 keypoints, 1-based as Ultralytics lists its skeleton.
+  var SKELETON = [
+    [16, 14], [14, 12], [17, 15], [15, 13], [12, 13], [6, 12], [7, 13], [6, 7], [6, 8], [7, 9],
+    [8, 10], [9, 11], [2, 3], [1, 2], [1, 3], [2, 4], [3, 5], [4, 6], [5, 7],
+  ];
+  var KEYPOINT_VISIBLE = 0.5;
+  var MAX_CANVAS_SIDE = 2048;
+  var MASK_ALPHA = 0.45;
+
+  var root = document.querySelector("[data-try]");
+  if (!root) return;
+  var $ = function (id) { return document.getElementById(id); };
+  var form = $("try-form");
+  var fileInput = $("try-file");
+  var dropzone = root.querySelector(".dropzone");
+  var sizeSelect = $("try-imgsz");
+  var runButton = $("try-run");
+  var statusLine = $("try-status");
+  var resultBox = $("try-result");
+  var canvas = $("try-canvas");
+  var slider = $("try-threshold");
+  var sliderValue = $("try-threshold-value");
+  var countLine = $("try-count");
+  var list = $("try-results");
+  var speedLine = $("try-speed");
+
+  var predictUrl = root.dataset.predictUrl;
+  var task = root.dataset.task;
+  var requestConf = root.dataset.conf || "0.05";
+  var csrf = root.dataset.csrf || cookie("csrftoken");
+  var classNames = [];
+  try {
+    classNames = JSON.parse($("model-classes").textContent) || [];
+  } catch (e) {
+    classNames = [];
+  }
+
+  var state = {
+    file: null,
+    image: null, // an HTMLImageElement, loaded from a data: URL
+    results: [], // as the API gave them, for the first image
+    shape: null, // [height, width] the coordinates refer to
+    shown: 0,
+    busy: false,
+    holding: false, // waiting out a rate limit
+    ok: false, // the last answer was a success
+    error: "",
+    requests: 0,
+  };
+
+  function cookie(name) {
+    var match = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
+    return match ? decodeURIComponent(match[1]) : "";
+  }
+
+  function threshold() {
+    return parseFloat(slider.value);
+  }
+
+  function colour(result) {
+    var index = typeof result["class"] === "number" ? result["class"] : classNames.indexOf(result.name);
+    return PALETTE[(index >= 0 ? index : 0) % PALETTE.length];
+  }
+
+  function label(result) {
+    return (result.name || "class " + result["class"]) + " " + result.confidence.toFixed(2);
+  }
+
+  function setStatus(text, kind) {
+    statusLine.textContent = text;
+    statusLine.className = "try-status" + (kind ? " " + kind : "");
+  }
+
+  // --- reading the image ---------------------------------------------------------------------
+
+  function take(file) {
+    if (!file) return;
+    if (file.type && file.type.indexOf("image/") !== 0) {
+      showError("That is not an image: " + (file.name || "this file") + ".");
+      return;
+    }
+    state.file = file;
+    var reader = new FileReader();
+    reader.onload = function () {
+      var img = new Image();
+      img.onload = function () {
+        state.image = img;
+        state.results = [];
+        state.shape = null;
+        draw();
+        predict();
+      };
+      img.onerror = function () {
+        showError("The browser cannot show " + (file.name || "this file") + "; is it an image?");
+      };
+      img.src = reader.result;
+    };
+    reader.onerror = function () { showError("Could not read " + (file.name || "the file") + "."); };
+    reader.readAsDataURL(file);
+  }
+
+  // --- asking the model ----------------------------------------------------------------------
+
+  function detailText(body) {
+    if (!body || body.detail === undefined) return "";
+    if (typeof body.detail === "string") return body.detail;
+    if (Array.isArray(body.detail)) {
+      return body.detail.map(function (d) { return d.msg || JSON.stringify(d); }).join("; ");
+    }
+    return JSON.stringify(body.detail);
+  }
+
+  // The API's own words when it gave some (they say what to do); otherwise ours, per status.
+  function errorMessage(response, body) {
+    var detail = detailText(body);
+    switch (response.status) {
+      case 400:
+        return detail || "The image was refused: it could not be read.";
+      case 401:
+        return "You are logged out: log in again, then retry.";
+      case 403:
+        return detail || "You may not call this model.";
+      case 404:
+        return detail || "This model no longer exists.";
+      case 413:
+        return detail || "The image is too large to send.";
+      case 429:
+        return detail || "Too many predictions this minute.";
+      case 503:
+        return detail || "The model server is not available; try again in a moment.";
+      default:
+        return detail || "The prediction failed (HTTP " + response.status + ").";
+    }
+  }
+
+  // After a 429 the button waits out Retry-After, counting down, instead of failing again.
+  function holdFor(seconds) {
+    var left = seconds;
+    runButton.disabled = true;
+    state.holding = true;
+    var tick = function () {
+      if (left <= 0) {
+        state.holding = false;
+        runButton.disabled = false;
+        runButton.textContent = "Predict";
+        return;
+      }
+      runButton.textContent = "Predict (" + left + " s)";
+      left -= 1;
+      window.setTimeout(tick, 1000);
+    };
+    tick();
+  }
+
+  function showError(message) {
+    state.error = message;
+    setStatus(message, "error");
+  }
+
+  function predict() {
+    if (!state.file || state.busy || state.holding) return;
+    var body = new FormData();
+    body.append("file", state.file, state.file.name || "image");
+    body.append("conf", requestConf);
+    body.append("imgsz", sizeSelect.value);
+    state.busy = true;
+    state.error = "";
+    runButton.disabled = true;
+    setStatus("Predicting…", "busy");
+    var started = performance.now();
+    fetch(predictUrl, {
+      method: "POST",
+      body: body,
+      credentials: "same-origin",
+      headers: { "X-CSRFToken": csrf, Accept: "application/json" },
+    })
+      .then(function (response) {
+        return response.text().then(function (text) {
+          var parsed = null;
+          try {
+            parsed = text ? JSON.parse(text) : null;
+          } catch (e) {
+            parsed = null;
+          }
+          return { response: response, body: parsed };
+        });
+      })
+      .then(function (answer) {
+        state.requests += 1;
+        if (!answer.response.ok) {
+          // What an earlier image or size found is not shown as if it were this answer.
+          state.results = [];
+          speedLine.textContent = "";
+          state.ok = false;
+          draw();
+          showError(errorMessage(answer.response, answer.body));
+          var wait = parseInt(answer.response.headers.get("Retry-After") || "", 10);
+          if (answer.response.status === 429 && wait > 0) holdFor(wait);
+          return;
+        }
+        var image = answer.body && answer.body.images && answer.body.images[0];
+        if (!image) {
+          showError("The answer held no image results.");
+          return;
+        }
+        state.ok = true;
+        state.results = (image.results || []).filter(function (r) { return typeof r.confidence === "number"; });
+        state.shape = image.shape || null;
+        showSpeed(image.speed || {}, performance.now() - started);
+        setStatus("");
+        draw();
+      })
+      .catch(function (err) {
+        if (window.console) console.error(err);
+        state.ok = false;
+        state.results = [];
+        showError("Could not reach Kestrel: check your connection and try again.");
+      })
+      .then(function () {
+        state.busy = false;
+        if (!state.holding) runButton.disabled = false;
+      });
+  }
+
+  function showSpeed(speed, roundTrip) {
+    var parts = [];
+    ["preprocess", "inference", "postprocess"].forEach(function (key) {
+      if (typeof speed[key] === "number") parts.push(key + " " + speed[key].toFixed(1) + " ms");
+    });
+    parts.push("round trip " + Math.round(roundTrip) + " ms");
+    speedLine.textContent = parts.join(" · ");
+  }
+
+  // --- drawing -------------------------------------------------------------------------------
+
+  function visible() {
+    var t = threshold();
+    return state.results.filter(function (r) { return r.confidence >= t; });
+  }
+
+  function polygon(ctx, xs, ys, sx, sy) {
+    ctx.beginPath();
+    for (var i = 0; i < xs.length; i++) {
+      var x = xs[i] * sx;
+      var y = ys[i] * sy;
+      if (i === 0) ctx.moveTo(x, y);
+      else ctx.lineTo(x, y);
+    }
+    ctx.closePath();
+  }
+
+  function tag(ctx, text, x, y, colourValue, font) {
+    ctx.font = "600 " + font + "px system-ui, sans-serif";
+    var w = ctx.measureText(text).width + font * 0.6;
+    var h = font * 1.35;
+    var top = y - h >= 0 ? y - h : y;
+    var left = Math.max(0, Math.min(x, ctx.canvas.width - w));
+    ctx.fillStyle = colourValue;
+    ctx.fillRect(left, top, w, h);
+    ctx.fillStyle = "#fff";
+    ctx.textBaseline = "middle";
+    ctx.fillText(text, left + font * 0.3, top + h / 2);
+  }
+
+  function drawResult(ctx, r, sx, sy, line, font) {
+    var c = colour(r);
+    ctx.strokeStyle = c;
+    ctx.lineWidth = line;
+    var box = r.box;
+    var anchor = null;
+    if (hasMask(r)) {
+      polygon(ctx, r.segments.x, r.segments.y, sx, sy);
+      ctx.stroke();
+    }
+    if (box && box.x4 !== undefined) {
+      var xs = [box.x1, box.x2, box.x3, box.x4];
+      var ys = [box.y1, box.y2, box.y3, box.y4];
+      polygon(ctx, xs, ys, sx, sy);
+      ctx.stroke();
+      var top = 0;
+      for (var i = 1; i < 4; i++) if (ys[i] < ys[top]) top = i;
+      anchor = [xs[top] * sx, ys[top] * sy];
+    } else if (box) {
+      if (!r.segments) ctx.strokeRect(box.x1 * sx, box.y1 * sy, (box.x2 - box.x1) * sx, (box.y2 - box.y1) * sy);
+      else {
+        ctx.setLineDash([line * 3, line * 2]);
+        ctx.strokeRect(box.x1 * sx, box.y1 * sy, (box.x2 - box.x1) * sx, (box.y2 - box.y1) * sy);
+        ctx.setLineDash([]);
+      }
+      anchor = [box.x1 * sx, box.y1 * sy];
+    }
+    if (r.keypoints && r.keypoints.x) drawKeypoints(ctx, r.keypoints, sx, sy, line, c);
+    if (anchor) tag(ctx, label(r), anchor[0], anchor[1], c, font);
+  }
+
+  function hasMask(r) {
+    return r.segments && r.segments.x && r.segments.x.length > 2;
+  }
+
+  // Masks are filled opaque on a layer of their own, then laid over the photo once at MASK_ALPHA:
+  // however many overlap, the photo stays visible under them.
+  function drawMasks(ctx, results, sx, sy) {
+    var masked = results.filter(hasMask);
+    if (!masked.length) return;
+    var layer = document.createElement("canvas");
+    layer.width = ctx.canvas.width;
+    layer.height = ctx.canvas.height;
+    var lctx = layer.getContext("2d");
+    masked.forEach(function (r) {
+      polygon(lctx, r.segments.x, r.segments.y, sx, sy);
+      lctx.fillStyle = colour(r);
+      lctx.fill();
+    });
+    ctx.globalAlpha = MASK_ALPHA;
+    ctx.drawImage(layer, 0, 0);
+    ctx.globalAlpha = 1;
+  }
+
+  function drawKeypoints(ctx, kp, sx, sy, line, c) {
+    var n = kp.x.length;
+    var seen = function (i) {
+      return i < n && (!kp.visible || kp.visible[i] === undefined || kp.visible[i] >= KEYPOINT_VISIBLE) &&
+        (kp.x[i] !== 0 || kp.y[i] !== 0);
+    };
+    if (n === 17) {
+      ctx.strokeStyle = c;
+      ctx.lineWidth = Math.max(1, line * 0.8);
+      SKELETON.forEach(function (pair) {
+        var a = pair[0] - 1;
+        var b = pair[1] - 1;
+        if (!seen(a) || !seen(b)) return;
+        ctx.beginPath();
+        ctx.moveTo(kp.x[a] * sx, kp.y[a] * sy);
+        ctx.lineTo(kp.x[b] * sx, kp.y[b] * sy);
+        ctx.stroke();
+      });
+    }
+    for (var i = 0; i < n; i++) {
+      if (!seen(i)) continue;
+      ctx.beginPath();
+      ctx.arc(kp.x[i] * sx, kp.y[i] * sy, line * 1.6, 0, Math.PI * 2);
+      ctx.fillStyle = PALETTE[i % PALETTE.length];
+      ctx.fill();
+      ctx.lineWidth = 1;
+      ctx.strokeStyle = "#fff";
+      ctx.stroke();
+    }
+  }
+
+  function draw() {
+    var img = state.image;
+    if (!img) return;
+    resultBox.hidden = false;
+    var w = img.naturalWidth;
+    var h = img.naturalHeight;
+    var fit = Math.min(1, MAX_CANVAS_SIDE / Math.max(w, h));
+    canvas.width = Math.round(w * fit);
+    canvas.height = Math.round(h * fit);
+    var ctx = canvas.getContext("2d");
+    ctx.drawImage(img, 0, 0, canvas.width, canvas.height);
+    var shape = state.shape || [h, w];
+    var sx = canvas.width / shape[1];
+    var sy = canvas.height / shape[0];
+    var side = Math.max(canvas.width, canvas.height);
+    var line = Math.max(2, Math.round(side / 240));
+    var font = Math.max(12, Math.round(side / 45));
+    var shown = visible();
+    var boxed = shown.filter(function (r) { return r.box || r.segments || r.keypoints; });
+    // Largest first, so small objects' outlines and labels stay on top.
+    boxed.sort(function (a, b) { return area(b) - area(a); });
+    drawMasks(ctx, boxed, sx, sy);
+    boxed.forEach(function (r) { drawResult(ctx, r, sx, sy, line, font); });
+    if (task === "classify" && shown.length && !boxed.length) {
+      var best = shown.reduce(function (a, b) { return b.confidence > a.confidence ? b : a; });
+      tag(ctx, label(best), line * 2, font * 1.35 + line * 2, colour(best), font * 1.3);
+    }
+    state.shown = shown.length;
+    renderList(shown);
+  }
+
+  function area(r) {
+    var b = r.box;
+    if (!b) return 0;
+    if (b.x4 !== undefined) {
+      return Math.abs(b.x1 * b.y2 - b.x2 * b.y1 + b.x2 * b.y3 - b.x3 * b.y2 + b.x3 * b.y4 - b.x4 * b.y3 + b.x4 * b.y1 - b.x1 * b.y4) / 2;
+    }
+    return Math.abs((b.x2 - b.x1) * (b.y2 - b.y1));
+  }
+
+  function renderList(shown) {
+    sliderValue.textContent = threshold().toFixed(2);
+    var total = state.results.length;
+    if (!state.requests) {
+      countLine.textContent = "";
+    } else if (!state.ok) {
+      countLine.textContent = "";
+    } else if (!total) {
+      countLine.textContent = "The model found nothing above " + parseFloat(requestConf).toFixed(2) + ".";
+    } else {
+      countLine.textContent = shown.length + " of " + total + " shown at " + threshold().toFixed(2) + " or more.";
+    }
+    var sorted = shown.slice().sort(function (a, b) { return b.confidence - a.confidence; });
+    list.textContent = "";
+    sorted.forEach(function (r) {
+      var li = document.createElement("li");
+      var swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.backgroundColor = colour(r);
+      var name = document.createElement("span");
+      name.className = "name";
+      name.textContent = r.name || "class " + r["class"];
+      var conf = document.createElement("span");
+      conf.className = "conf";
+      conf.textContent = r.confidence.toFixed(2);
+      var bar = document.createElement("span");
+      bar.className = "bar";
+      var fill = document.createElement("span");
+      fill.style.width = Math.round(r.confidence * 100) + "%";
+      fill.style.backgroundColor = colour(r);
+      bar.appendChild(fill);
+      li.append(swatch, name, conf, bar);
+      list.appendChild(li);
+    });
+  }
+
+  // --- wiring --------------------------------------------------------------------------------
+
+  fileInput.addEventListener("change", function () {
+    if (fileInput.files[0] && fileInput.files[0] !== state.file) take(fileInput.files[0]);
+  });
+  ["dragenter", "dragover"].forEach(function (type) {
+    dropzone.addEventListener(type, function (e) {
+      e.preventDefault();
+      dropzone.classList.add("over");
+    });
+  });
+  ["dragleave", "dragend"].forEach(function (type) {
+    dropzone.addEventListener(type, function () { dropzone.classList.remove("over"); });
+  });
+  dropzone.addEventListener("drop", function (e) {
+    e.preventDefault();
+    dropzone.classList.remove("over");
+    var files = e.dataTransfer && e.dataTransfer.files;
+    if (!files || !files.length) return;
+    take(files[0]);
+    try {
+      fileInput.files = files; // the picker shows the dropped file's name (its change is ignored)
+    } catch (err) {
+      // older browsers: the input stays empty, the page works from state.file
+    }
+  });
+  // A paste of a copied image is a drop too.
+  document.addEventListener("paste", function (e) {
+    var items = (e.clipboardData && e.clipboardData.files) || [];
+    if (items.length) take(items[0]);
+  });
+  form.noValidate = true; // the file may have come by drop or paste; checked below
+  form.addEventListener("submit", function (e) {
+    e.preventDefault();
+    if (state.file) predict();
+    else if (fileInput.files[0]) take(fileInput.files[0]);
+    else showError("Drop an image or choose a file first.");
+  });
+  sizeSelect.addEventListener("change", function () { if (state.file) predict(); });
+  slider.addEventListener("input", function () {
+    sliderValue.textContent = threshold().toFixed(2);
+    draw();
+  });
+
+  // --- copying the snippets ------------------------------------------------------------------
+
+  function flash(button, text) {
+    button.textContent = text;
+    window.setTimeout(function () { button.textContent = "Copy"; }, 1800);
+  }
+
+  function selectText(node) {
+    var range = document.createRange();
+    range.selectNodeContents(node);
+    var selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+  }
+
+  function copyFallback(button, node) {
+    selectText(node);
+    var ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch (e) {
+      ok = false;
+    }
+    flash(button, ok ? "Copied" : "Press Ctrl+C");
+  }
+
+  document.querySelectorAll("[data-copy]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var node = $(button.dataset.copy);
+      if (!node) return;
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(node.textContent).then(
+          function () { flash(button, "Copied"); },
+          function () { copyFallback(button, node); }
+        );
+      } else {
+        copyFallback(button, node);
+      }
+    });
+  });
+
+  // For tests and the curious: what the page shows now.
+  window.kestrelTry = {
+    ready: function () { return !!state.image && !state.busy && state.requests > 0; },
+    busy: function () { return state.busy; },
+    holding: function () { return state.holding; },
+    total: function () { return state.results.length; },
+    confidences: function () { return state.results.map(function (r) { return r.confidence; }); },
+    shown: function () { return state.shown; },
+    threshold: threshold,
+    error: function () { return state.error; },
+    requests: function () { return state.requests; },
+  };
+})();

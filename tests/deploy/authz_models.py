@@ -1,0 +1,25 @@
+"""Authorisation-matrix rows for the Models page, the try-it page and deleting a model
+(tests/test_authz_matrix.py). @spare_model is served by no deployment and used by no job, so
+whoever may delete it does (302 to the Models page)."""
+
+from tests.test_authz_matrix import Row, _ws
+from tests.training.factories import trained_model_row
+
+_SPARE = {"pk": "@spare_model"}
+
+ROUTES = [
+    Row("model_list", "get", "viewer", 200, _ws()),
+    Row("model_list", "get", "viewer", 200, _ws(), {"task": "detect", "sort": "metric"}),
+    # Trying a model calls it: the predict permission, as the API asks of the page's requests.
+    Row("model_try", "get", "editor", 200, _ws(**_SPARE)),
+    Row("model_delete", "get", "editor", 200, _ws(**_SPARE)),
+    Row("model_delete", "post", "editor", 302, _ws(**_SPARE)),
+]
+
+
+def models_ctx(values: dict) -> dict:
+    model = trained_model_row(workspace=values["team"].workspace, class_names=["bird"])
+    return {"spare_model": model.pk}
+
+
+CTX = [models_ctx]
