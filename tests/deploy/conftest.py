@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.servers import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "datasets"
 
@@ -121,14 +123,6 @@ class InferenceServer:
                 self.proc.wait(timeout=5)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def inference_server_start(
     log_dir: Path, *args: str, env: dict | None = None, timeout: float = 60
 ) -> InferenceServer:
@@ -136,7 +130,7 @@ def inference_server_start(
     answers. The token is this test run's settings.INFERENCE_TOKEN."""
     from django.conf import settings
 
-    port = _free_port()
+    port = free_port()
     log = log_dir / f"inference-{port}.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "deploy.inference", "--host", "127.0.0.1", "--port", str(port),

@@ -1,0 +1,67 @@
+"""The whole shared-API path with real parts: the web API in front, the model server behind,
+a model trained in the tests and its ONNX export (made by the export worker) served in its
+place once it exists."""
+
+from pathlib import Path
+
+import httpx
+import pytest
+from django.test import Client
+from PIL import Image as PILImage
+
+from deploy.exports import export_execute
+from deploy.models import ExportState, ModelExport
+from tests.training.factories import trained_model_row
+from workspaces.services import api_key_create
+
+pytestmark = pytest.mark.django_db
+IMAGE = (
+    Path(__file__).resolve().parents[2].parent / "shared/datasets/coco8/images/val/000000000036.jpg"
+)
+
+
+def _predict(client, model, **params):
+    with IMAGE.open("rb") as f:
+        return client.post(f"/api/v1/models/{model.pk}/predict", {"file": f, **params})
+
+
+def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
+    team, confident_yolo_models, inference_server, settings
+):
+    settings.INFERENCE_URL = inference_server.url
+    model = trained_model_row(
+        workspace=team.workspace,
+        class_names=["person"],
+        weights=Path(confident_yolo_models["detect"]).read_bytes(),
+    )
+    _, raw = api_key_create(access=team.access("owner"), name="curl", scopes=["predict"])
+    client = Client(headers={"Authorization": f"Bearer {raw}"})
+    response = _predict(client, model, conf="0.25", imgsz="320")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert set(body) == {"images", "metadata"}
+    (image,) = body["images"]
+    with PILImage.open(IMAGE) as picture:
+        assert image["shape"] == [picture.height, picture.width]
+    assert set(image["speed"]) == {"preprocess", "inference", "postprocess"}
+    assert image["results"], "a model sure of class 0 finds something"
+    first = image["results"][0]
+    assert set(first) >= {"class", "name", "confidence", "box"}
+    assert set(first["box"]) == {"x1", "y1", "x2", "y2"}
+    assert first["confidence"] >= 0.25
+    assert body["metadata"]["imageCount"] == 1 and body["metadata"]["model"] == model.name
+
+    # Export to ONNX for real; from then on the server is handed the ONNX file.
+    export = ModelExport.objects.create(
+        workspace=team.workspace, model=model, format="onnx", state=ExportState.RUNNING
+    )
+    export = export_execute(export)
+    assert export.state == ExportState.SUCCEEDED, export.error
+    response = _predict(client, model, conf="0.25", imgsz="320")
+    assert response.status_code == 200, response.content
+    onnx_results = response.json()["images"][0]["results"]
+    # The same boxes, up to float differences between runtimes at the threshold's edge.
+    assert abs(len(onnx_results) - len(image["results"])) <= max(2, len(image["results"]) // 50)
+    assert {r["class"] for r in onnx_results} == {r["class"] for r in image["results"]}
+    stats = httpx.get(f"{inference_server.url}/stats", headers=inference_server.headers).json()
+    assert any(f"{model.pk}:onnx:{export.pk}" == key for key in stats["models"])
