@@ -24,7 +24,8 @@ class Deployment(models.Model):
     process that died."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="deployments")
-    model = models.ForeignKey(TrainedModel, on_delete=models.PROTECT, related_name="deployments")
+    # RESTRICT: a model in use cannot be deleted alone, but goes with its whole workspace.
+    model = models.ForeignKey(TrainedModel, on_delete=models.RESTRICT, related_name="deployments")
     slug = models.SlugField(max_length=60, unique=True)
     name = models.CharField(max_length=100)
     desired_running = models.BooleanField(default=True)

@@ -4,7 +4,7 @@ import logging
 
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.db.models import ProtectedError
+from django.db.models import ProtectedError, RestrictedError
 
 from annotation.models import PRELABEL_FINAL, PrelabelRun
 from deploy.models import Deployment, ExportState, ModelExport
@@ -71,7 +71,8 @@ def model_delete(*, access: WorkspaceAccess, model: TrainedModel) -> None:
     keys = [k for k in keys if k]
     try:
         locked.delete()
-    except ProtectedError:  # a row added since the checks, under a lock it did not take
+    # A row added since the checks, under a lock it did not take.
+    except (ProtectedError, RestrictedError):
         raise ServiceError(f"{locked.name} is still in use; try again.") from None
     # Another model can point at the same file (rows copied by hand, a restore): keep those.
     still_used = set(

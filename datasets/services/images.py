@@ -65,7 +65,10 @@ def image_check(data: bytes) -> CheckedImage:
                 img.load()
     except ImageRejected:
         raise
-    except UnidentifiedImageError:
+    except (UnidentifiedImageError, ImportError):
+        # ImportError: a process that has imported Ultralytics (workers run models too) has
+        # Image.open patched to try a HEIF plugin on what Pillow cannot identify; without that
+        # plugin installed, a non-image ends there.
         raise ImageRejected("not an image (content is not JPEG, PNG, WebP, BMP or TIFF)") from None
     except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
         raise ImageRejected("too many pixels (decompression bomb)") from None

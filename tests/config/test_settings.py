@@ -143,4 +143,4 @@ def test_production_static_files_rewrite_editor_module_imports_to_hashed_names(s
         staticfiles_storage._wrapped = empty
     (main,) = (tmp_path / "js" / "annotate").glob("main.*.js")
     imports = re.findall(r'from "\./([^"]+)"', main.read_text())
-    assert imports and all(re.fullmatch(r"\w+\.[0-9a-f]{12}\.js", name) for name in imports)
+    assert imports and all(re.fullmatch(r"[\w/]+\.[0-9a-f]{12}\.js", name) for name in imports)

@@ -259,3 +259,16 @@ def test_display_name_drops_nul_and_control_characters():
     assert display_name("dir/a\x00b\u200fc.jpg") == "abc.jpg"
     assert display_name("\u202e") == "unnamed"
     assert len(display_name("x" * 400)) == 255
+
+
+def test_a_non_image_is_refused_in_a_process_that_imported_ultralytics():
+    """Ultralytics patches Image.open to try a HEIF plugin on what Pillow cannot identify; a
+    worker that also runs models must still refuse a non-image cleanly, not crash the import."""
+    from annotation.assist import predict
+    from datasets.services.images import ImageRejected, image_check
+
+    predict._ultralytics_env()
+    import ultralytics.utils.patches  # noqa: F401  (the patch is applied on import)
+
+    with pytest.raises(ImageRejected, match="not an image"):
+        image_check(b"plain text, not pixels")

@@ -20,6 +20,7 @@ from training.services.arguments import TrainParams
 from training.services.jobs import job_submit
 from training.supervisor import jobs_reap
 from workspaces.selectors import workspace_access_for_user
+from workspaces.services import ServiceError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -278,22 +279,33 @@ def test_uploaded_weights_that_are_hostile_or_broken_fail_with_a_reason(
     access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
     upload = SimpleUploadedFile("model.pt", _checkpoint_zip(pickled))
     base = model_upload(access=access, project=project, name="mine", task="detect", upload=upload)
-    job = job_submit(
-        access=access,
-        project=project,
-        version=detect_version,
-        gpu_type_id=gpu_local.pk,
-        params=TrainParams(
-            task="detect",
-            model_family="yolo11",
-            model_size="n",
-            weights="model",
-            epochs=1,
-            imgsz=64,
-            batch=2,
-        ),
-        base_model=base,
+    params = TrainParams(
+        task="detect",
+        model_family="yolo11",
+        model_size="n",
+        weights="model",
+        epochs=1,
+        imgsz=64,
+        batch=2,
     )
+
+    def submit_it():
+        return job_submit(
+            access=access,
+            project=project,
+            version=detect_version,
+            gpu_type_id=gpu_local.pk,
+            params=params,
+            base_model=base,
+        )
+
+    # An upload is not trained from until a worker has inspected it...
+    with pytest.raises(ServiceError, match="still being checked"):
+        submit_it()
+    # ...and should a row say "checked" anyway, the trainer checks the file again itself.
+    TrainedModel.objects.filter(pk=base.pk).update(inspect_state="ok")
+    base.refresh_from_db()
+    job = submit_it()
     workers.start()
     job = wait_state(job, JobState.FAILED, JobState.SUCCEEDED)
     assert job.state == JobState.FAILED
