@@ -5,8 +5,8 @@ Latency (sequential requests, p50/p95 ms): Ultralytics in this process (`model.p
 image file), the inference server over HTTP (`python -m deploy.inference`), the web's shared
 API in front of it (`POST /api/v1/models/{id}/predict`, an API key with the predict scope), a
 dedicated endpoint process (same program, its own port, model loaded at start), and that
-endpoint through the web (`/d/<slug>/predict`). Goal: inference server p50 ≤ in-process p50 +
-5 ms. Throughput at concurrency 8 (images/s): the server predicting one image at a time
+endpoint through the web (`/d/<slug>/predict`). Goal: each over-HTTP p50 ≤ in-process p50 +
+5 ms (the web rows are the ones callers use). Throughput at concurrency 8 (images/s): the server predicting one image at a time
 (INFERENCE_BATCH_MAX=1) against the same server micro-batching. Goal: ≥ 2×. Nothing asserts.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/kestrel_bench \\
@@ -222,7 +222,8 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
 
     port = free_port()
     env_before = dict(os.environ)
-    os.environ.update(INFERENCE_URL=shared.url, DEPLOY_HOST="127.0.0.1")
+    # Served as in production: DEBUG off (no SQL kept per request, no debug pages).
+    os.environ.update(INFERENCE_URL=shared.url, DEPLOY_HOST="127.0.0.1", DEBUG="false")
     web = web_server(port)
     os.environ.clear()
     os.environ.update(env_before)
@@ -265,6 +266,9 @@ def main() -> None:
     import django
 
     django.setup()
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     import torch
 
     device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -335,9 +339,12 @@ def main() -> None:
         p50, p95 = percentiles(samples)
         extra = "" if samples is rows[0][1] else f"{p50 - base_p50:+.1f} ms"
         print(f"{label:42} {p50:8.1f} {p95:8.1f} {extra:>17}")
-    http_p50 = percentiles(rows[1][1])[0]
-    print(f"goal: inference server p50 ≤ in-process p50 + 5 ms: "
-          f"{'met' if http_p50 <= base_p50 + 5 else 'NOT met'} ({http_p50 - base_p50:+.1f} ms)")  # fmt: skip
+    for label, samples in rows[1:]:
+        if isinstance(samples, str):
+            continue
+        p50 = percentiles(samples)[0]
+        print(f"goal, {label}: p50 ≤ in-process p50 + 5 ms: "
+              f"{'met' if p50 <= base_p50 + 5 else 'NOT met'} ({p50 - base_p50:+.1f} ms)")  # fmt: skip
 
     images = after["images"] - before["images"]
     batches = max(1, after["batches"] - before["batches"])

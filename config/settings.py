@@ -99,6 +99,19 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+elif env.bool("DB_POOL", default=False):
+    # Under ASGI, Django runs each request's sync code on a thread of its own, so a thread's
+    # persistent connection is never reused and every request would connect afresh (Django's
+    # docs: disable persistent connections there, pool instead). config/asgi.py turns this on;
+    # workers and commands keep one persistent connection per process.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("DB_POOL_MIN_SIZE", default=2),
+        # Above training.live.DB_CONCURRENCY (open live pages reading at once), with room for
+        # the rest; PostgreSQL allows 100 connections by default.
+        "max_size": env.int("DB_POOL_MAX_SIZE", default=24),
+        "timeout": 10,  # seconds a request waits for a free connection before failing
+    }
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
@@ -326,4 +339,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # httpx logs every request at INFO: a line per prediction forwarded to a model server.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }

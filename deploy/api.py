@@ -11,7 +11,7 @@ from ninja.security import django_auth
 
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward
-from training.models import TrainedModel
+from deploy.selectors import models_for_predict
 from workspaces.api import ApiKeyAuth
 from workspaces.permissions import Perm
 from workspaces.selectors import workspace_access_for_caller
@@ -29,11 +29,7 @@ def _access(request: HttpRequest, workspace):
 def model_predict(request: HttpRequest, model_id: int):
     """Run a model of your workspace on one image: multipart `file` (or JSON base64 `image`),
     with `conf` (0.25), `iou` (0.7), `imgsz` (32–1280, default the model's) and `max_det`."""
-    model = (
-        TrainedModel.objects.select_related("workspace", "workspace__plan", "job")
-        .filter(pk=model_id)
-        .first()
-    )
+    model = models_for_predict().filter(pk=model_id).first()
     if model is None:
         raise Http404("No such model.")
     access = _access(request, model.workspace)
@@ -57,9 +53,8 @@ endpoints = NinjaAPI(
 def deployment_predict(request: HttpRequest, slug: str):
     """The deployment's model on one image; the URL stays when the model behind it changes."""
     deployment = (
-        Deployment.objects.select_related(
-            "workspace", "workspace__plan", "model", "model__job", "model__workspace"
-        )
+        Deployment.objects.select_related("workspace")
+        .only("id", "slug", "state", "port", "desired_running", "model_id", "workspace__slug")
         .filter(slug=slug)
         .first()
     )
@@ -75,7 +70,7 @@ def deployment_predict(request: HttpRequest, slug: str):
     return predict_forward(
         request=request,
         access=access,
-        model=deployment.model,
+        model=models_for_predict().get(pk=deployment.model_id),
         server_url=f"http://{settings.DEPLOY_HOST}:{deployment.port}",
         deployment_id=deployment.pk,
     )

@@ -13,11 +13,10 @@ from urllib.parse import quote
 
 import httpx
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from datasets.services.images import ImageRejected, image_check
 from deploy.fetch import FetchRefused, fetch_image
-from deploy.models import ExportState, ModelExport
 from deploy.ratelimit import rate_take
 from deploy.usage import usage_count
 from training.models import JobState, TrainedModel
@@ -146,30 +145,39 @@ def model_ready(model: TrainedModel) -> None:
 
 def model_file(model: TrainedModel) -> tuple[str, str]:
     """The file a server loads (an ONNX export when there is one: ONNX Runtime is the faster
-    runtime on a CPU) and its cache key."""
-    onnx = (
-        ModelExport.objects.filter(model=model, format="onnx", state=ExportState.SUCCEEDED)
-        .order_by("-finished_at")
-        .first()
-    )
-    if onnx is not None and onnx.file_key:
-        return str(model_local_path(model, onnx.file_key)), f"{model.pk}:onnx:{onnx.pk}"
+    runtime on a CPU) and its cache key. `model` comes from selectors.models_for_predict."""
+    if model.onnx_id is not None:
+        return str(model_local_path(model, model.onnx_key)), f"{model.pk}:onnx:{model.onnx_id}"
     return str(model_local_path(model)), f"{model.pk}:{(model.weights_sha256 or 'pt')[:16]}"
 
 
-def rate_limited(access: WorkspaceAccess) -> None:
-    plan = access.workspace.plan
+def rate_limited(access: WorkspaceAccess, plan) -> None:
     limit = getattr(plan, "predict_requests_per_minute", 20) or 20
     who = f"key{access.api_key.pk}" if access.api_key else f"user{access.user.pk}"
     verdict = rate_take(who=who, limit=limit)
     if not verdict.allowed:
         raise PredictRefused(
             429,
-            f"Rate limit: the {plan.name} plan allows {limit} calls a minute per "
-            f"{'key' if access.api_key else 'person'}. "
+            f"Rate limit: the {plan.name if plan else 'current'} plan allows {limit} calls a "
+            f"minute per {'key' if access.api_key else 'person'}. "
             f"Try again in {verdict.retry_after} s.",
             {"Retry-After": str(verdict.retry_after)},
         )
+
+
+class _CountedResponse(HttpResponse):
+    """The model server's JSON passed through as it came (not decoded and encoded again), with
+    the call counted once the answer has gone out: Django closes a response after sending it."""
+
+    def __init__(self, content: bytes, *, status: int, count):
+        super().__init__(content, status=status, content_type="application/json")
+        self._count = count
+
+    def close(self) -> None:
+        try:
+            self._count()
+        finally:
+            super().close()
 
 
 def predict_forward(
@@ -179,14 +187,26 @@ def predict_forward(
     model: TrainedModel,
     server_url: str,
     deployment_id: int | None = None,
-) -> JsonResponse:
+) -> HttpResponse:
     """The whole call: limits, image, parameters, the model server, usage. Errors are JSON
-    `{"detail": ...}` with the right status; every call is counted."""
+    `{"detail": ...}` with the right status; every call is counted, after its answer is sent.
+    `model` comes from selectors.models_for_predict."""
     started = time.perf_counter()
     key: ApiKey | None = access.api_key
-    ok, images = False, 0
+
+    def count(ok: bool) -> None:
+        usage_count(
+            workspace_id=access.workspace.pk,
+            api_key_id=key.pk if key else None,
+            model_id=model.pk,
+            deployment_id=deployment_id,
+            ok=ok,
+            ms=(time.perf_counter() - started) * 1000,
+            images=1 if ok else 0,  # one image per call
+        )
+
     try:
-        rate_limited(access)
+        rate_limited(access, model.workspace.plan)
         model_ready(model)
         data, values = request_image(request)
         params = params_parse(values, model)
@@ -213,23 +233,17 @@ def predict_forward(
             raise PredictRefused(
                 503, "The model server is not answering; it may be starting. Try again shortly."
             ) from None
-        try:
-            body = answer.json()
-        except ValueError:
-            raise PredictRefused(502, "The model server gave an unreadable answer.") from None
-        if answer.status_code != 200:
-            raise PredictRefused(answer.status_code, body.get("detail") or "The model failed.")
-        ok, images = True, len(body.get("images", []))
-        return JsonResponse(body)
+        if answer.status_code != 200 or not answer.headers.get("content-type", "").startswith(
+            "application/json"
+        ):
+            try:
+                detail = answer.json().get("detail")
+            except (ValueError, AttributeError):
+                raise PredictRefused(502, "The model server gave an unreadable answer.") from None
+            raise PredictRefused(answer.status_code, detail or "The model failed.")
+        return _CountedResponse(answer.content, status=200, count=lambda: count(True))
     except PredictRefused as refused:
-        return refused.response()
-    finally:
-        usage_count(
-            workspace_id=access.workspace.pk,
-            api_key_id=key.pk if key else None,
-            model_id=model.pk,
-            deployment_id=deployment_id,
-            ok=ok,
-            ms=(time.perf_counter() - started) * 1000,
-            images=images,
-        )
+        response = refused.response()
+        # Counted at once: a refusal is cheap, and its response is not ours to subclass.
+        count(False)
+        return response

@@ -2,16 +2,43 @@
 
 from datetime import timedelta
 
-from django.db.models import Case, Exists, FloatField, OuterRef, QuerySet, Sum, When
+from django.db.models import Case, Exists, FloatField, OuterRef, QuerySet, Subquery, Sum, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from deploy.models import Deployment, UsageDay
+from deploy.models import Deployment, ExportState, ModelExport, UsageDay
 from training import selectors as training_selectors
 from training.models import TrainedModel
 from training.selectors import MAIN_METRIC
 from workspaces.models import Workspace
+
+# What a prediction call reads of its model, and nothing more: the JSON columns (classes,
+# arguments, metrics) and the job's history cost milliseconds to fetch and decode on every call.
+PREDICT_MODEL_FIELDS = (
+    "id", "name", "task", "imgsz", "weights_key", "weights_sha256", "inspect_state",
+    "inspect_error", "workspace__id", "workspace__slug", "workspace__plan__id",
+    "workspace__plan__name", "workspace__plan__predict_requests_per_minute", "job__id",
+    "job__state",
+)  # fmt: skip
+
+
+def models_for_predict() -> QuerySet[TrainedModel]:
+    """Models as a prediction call reads them, in one query: the columns it needs, the
+    workspace's plan (its rate limit), the run's state, and the newest ONNX export (id and file)
+    that a model server would run instead of the .pt."""
+    onnx = (
+        ModelExport.objects.filter(model=OuterRef("pk"), format="onnx", state=ExportState.SUCCEEDED)
+        .exclude(file_key="")
+        .order_by("-finished_at")
+    )
+    return (
+        TrainedModel.objects.select_related("workspace__plan", "job")
+        .only(*PREDICT_MODEL_FIELDS)
+        .annotate(
+            onnx_id=Subquery(onnx.values("pk")[:1]), onnx_key=Subquery(onnx.values("file_key")[:1])
+        )
+    )
 
 
 def inference_usage(*, workspace, days: int = 30) -> dict:
