@@ -8,7 +8,7 @@ from celery import shared_task
 from django.db import transaction
 
 from datasets.models import Task
-from deploy.exports import INSPECT_TIMEOUT_SECONDS, WorkerAnswer, worker_run
+from deploy.export_process import INSPECT_TIMEOUT_SECONDS, WorkerAnswer, worker_run
 from training.models import TrainedModel
 from training.services.models import model_local_path
 

@@ -16,7 +16,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
 from django.test import Client
 
 from billing.models import Plan
-from deploy.exports import export_start, format_availability, format_catalog
+from deploy.export_formats import format_availability, format_catalog
+from deploy.exports import export_start
 from deploy.models import ExportState, ModelExport
 from tests.annotation.weights import confident_weights_save
 from tests.training.factories import trained_model_row
