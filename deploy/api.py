@@ -7,16 +7,30 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI, Router
-from ninja.security import django_auth
+from ninja.errors import AuthenticationError
+from ninja.security import HttpBearer, django_auth
 
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward
+from deploy.predict_access import KeyRefused, PresentedKey, predict_access
 from deploy.selectors import models_for_predict
-from workspaces.api import ApiKeyAuth
+from training.models import TrainedModel
 from workspaces.permissions import Perm
-from workspaces.selectors import workspace_access_for_caller
+from workspaces.selectors import WorkspaceAccess, workspace_access_for_caller
 
 router = Router(tags=["inference"])
+
+
+class PredictKeyAuth(HttpBearer):
+    """Takes a token shaped like a Kestrel key and leaves its check to the call's one query
+    (deploy.predict_access); anything else falls through to the browser session."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> PresentedKey | None:
+        key = PresentedKey(token)
+        return key if key.prefix else None
+
+
+PREDICT_AUTH = [PredictKeyAuth(), django_auth]
 
 
 def _access(request: HttpRequest, workspace):
@@ -25,14 +39,24 @@ def _access(request: HttpRequest, workspace):
     return access
 
 
-@router.post("/models/{model_id}/predict")
-def model_predict(request: HttpRequest, model_id: int):
-    """Run a model of your workspace on one image: multipart `file` (or JSON base64 `image`),
-    with `conf` (0.25), `iou` (0.7), `imgsz` (32–1280, default the model's) and `max_det`."""
+def _caller(request: HttpRequest, model_id: int) -> tuple[WorkspaceAccess, TrainedModel]:
+    """Who is calling, and the model: in one query for an API key, else the session's way."""
+    if isinstance(request.auth, PresentedKey):
+        try:
+            return predict_access(request.auth, model_id)
+        except KeyRefused:
+            raise AuthenticationError from None
     model = models_for_predict().filter(pk=model_id).first()
     if model is None:
         raise Http404("No such model.")
-    access = _access(request, model.workspace)
+    return _access(request, model.workspace), model
+
+
+@router.post("/models/{model_id}/predict", auth=PREDICT_AUTH)
+def model_predict(request: HttpRequest, model_id: int):
+    """Run a model of your workspace on one image: multipart `file` (or JSON base64 `image`),
+    with `conf` (0.25), `iou` (0.7), `imgsz` (32–1280, default the model's) and `max_det`."""
+    access, model = _caller(request, model_id)
     return predict_forward(
         request=request, access=access, model=model, server_url=settings.INFERENCE_URL
     )
@@ -42,7 +66,7 @@ def model_predict(request: HttpRequest, model_id: int):
 endpoints = NinjaAPI(
     title="Kestrel dedicated endpoints",
     version="1",
-    auth=[ApiKeyAuth(), django_auth],
+    auth=PREDICT_AUTH,
     urls_namespace="endpoints",
     docs_url=None,
     openapi_url=None,
@@ -53,14 +77,17 @@ endpoints = NinjaAPI(
 def deployment_predict(request: HttpRequest, slug: str):
     """The deployment's model on one image; the URL stays when the model behind it changes."""
     deployment = (
-        Deployment.objects.select_related("workspace")
-        .only("id", "slug", "state", "port", "desired_running", "model_id", "workspace__slug")
+        Deployment.objects.only(
+            "id", "slug", "state", "port", "desired_running", "model_id", "workspace_id"
+        )
         .filter(slug=slug)
         .first()
     )
     if deployment is None:
         raise Http404("No such deployment.")
-    access = _access(request, deployment.workspace)
+    access, model = _caller(request, deployment.model_id)
+    if access.workspace.pk != deployment.workspace_id:
+        raise Http404("No such deployment.")
     if deployment.state != DeploymentState.RUNNING or not deployment.port:
         return PredictRefused(
             503,
@@ -70,7 +97,7 @@ def deployment_predict(request: HttpRequest, slug: str):
     return predict_forward(
         request=request,
         access=access,
-        model=models_for_predict().get(pk=deployment.model_id),
+        model=model,
         server_url=f"http://{settings.DEPLOY_HOST}:{deployment.port}",
         deployment_id=deployment.pk,
     )
