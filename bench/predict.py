@@ -116,10 +116,17 @@ def server_headers(weights: Path) -> dict:
     }
 
 
-def interleaved(calls: list[tuple[str, object]], n: int) -> dict[str, list[float]]:
-    """ms per call of each, measured round-robin, so a machine's changing load weighs on every
-    row alike; an HTTP answer other than 200 stops the bench."""
-    samples: dict[str, list[float]] = {label: [] for label, _ in calls}
+def model_ms(answer) -> float:
+    """Ultralytics' own time for the image (preprocess + inference + postprocess), from its
+    Results in this process or from the answer's `speed` over HTTP."""
+    speed = answer[0].speed if isinstance(answer, list) else answer.json()["images"][0]["speed"]
+    return sum(speed.values())
+
+
+def interleaved(calls: list[tuple[str, object]], n: int) -> dict[str, list[tuple[float, float]]]:
+    """(ms per call, of which outside the model) of each, measured round-robin, so a machine's
+    changing load weighs on every row alike; an HTTP answer other than 200 stops the bench."""
+    samples: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in calls}
     for round_ in range(5 + n):
         for label, call in calls:
             started = time.perf_counter()
@@ -128,7 +135,7 @@ def interleaved(calls: list[tuple[str, object]], n: int) -> dict[str, list[float
             if getattr(response, "status_code", 200) != 200:
                 raise SystemExit(f"{label}: HTTP {response.status_code}: {response.text[:300]}")
             if round_ >= 5:  # the first rounds warm up
-                samples[label].append(elapsed)
+                samples[label].append((elapsed, elapsed - model_ms(response)))
     return samples
 
 
@@ -328,23 +335,33 @@ def main() -> None:
         for server in (shared, dedicated, one_at_a_time):
             server.stop()
 
-    base_p50 = percentiles(rows[0][1])[0]
-    print(
-        f"\n{'latency, sequential, interleaved':42} {'p50 ms':>8} {'p95 ms':>8} {'p50 - in-process':>17}"
-    )
+    # Two identical server processes differ by up to ±10 ms p50 on a small shared VM, because
+    # the model's own time swings that much; the time outside the model (the wall time less
+    # Ultralytics' own preprocess + inference + postprocess for that very call) is what serving
+    # adds, and it holds still. Both are shown; the goal is judged on both.
+    base = rows[0][1]
+    base_p50 = percentiles([wall for wall, _ in base])[0]
+    base_out = percentiles([out for _, out in base])[0]
+    print(f"\n{'latency, sequential, interleaved':42} {'p50 ms':>8} {'p95 ms':>8} "
+          f"{'p50 - in-process':>17} {'outside model p50':>18} {'- in-process':>13}")  # fmt: skip
     for label, samples in rows:
         if isinstance(samples, str):
             print(f"{label:42} {samples}")
             continue
-        p50, p95 = percentiles(samples)
-        extra = "" if samples is rows[0][1] else f"{p50 - base_p50:+.1f} ms"
-        print(f"{label:42} {p50:8.1f} {p95:8.1f} {extra:>17}")
+        p50, p95 = percentiles([wall for wall, _ in samples])
+        out = percentiles([out for _, out in samples])[0]
+        first = samples is base
+        extra = "" if first else f"{p50 - base_p50:+.1f} ms"
+        extra_out = "" if first else f"{out - base_out:+.1f} ms"
+        print(f"{label:42} {p50:8.1f} {p95:8.1f} {extra:>17} {out:15.1f} ms {extra_out:>13}")
     for label, samples in rows[1:]:
         if isinstance(samples, str):
             continue
-        p50 = percentiles(samples)[0]
-        print(f"goal, {label}: p50 ≤ in-process p50 + 5 ms: "
-              f"{'met' if p50 <= base_p50 + 5 else 'NOT met'} ({p50 - base_p50:+.1f} ms)")  # fmt: skip
+        p50 = percentiles([wall for wall, _ in samples])[0]
+        out = percentiles([out for _, out in samples])[0]
+        print(f"goal, {label}: ≤ in-process + 5 ms: p50 {p50 - base_p50:+.1f} ms "
+              f"({'met' if p50 <= base_p50 + 5 else 'NOT met'}), outside the model "
+              f"{out - base_out:+.1f} ms ({'met' if out <= base_out + 5 else 'NOT met'})")  # fmt: skip
 
     images = after["images"] - before["images"]
     batches = max(1, after["batches"] - before["batches"])
