@@ -10,7 +10,8 @@ from django.test import Client
 from PIL import Image as PILImage
 
 from deploy.exports import export_execute
-from deploy.models import ExportState, ModelExport
+from deploy.models import ExportState, ModelExport, UsageDay
+from deploy.usage import usage_flush
 from tests.training.factories import trained_model_row
 from workspaces.services import api_key_create
 
@@ -65,3 +66,8 @@ def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     assert {r["class"] for r in onnx_results} == {r["class"] for r in image["results"]}
     stats = httpx.get(f"{inference_server.url}/stats", headers=inference_server.headers).json()
     assert any(f"{model.pk}:onnx:{export.pk}" == key for key in stats["models"])
+
+    # Both calls were counted, after their answers went out: two calls, two images, no errors.
+    usage_flush()
+    row = UsageDay.objects.get(model=model)
+    assert (row.calls, row.images, row.errors) == (2, 2, 0)
