@@ -92,6 +92,29 @@ def _reap(pid: int | None) -> None:
             pass
 
 
+def _is_endpoint(pid: int, deployment: Deployment) -> bool:
+    """Whether `pid` is still this deployment's process: a pid saved before a reboot, or from a
+    process that ended long ago, may be anyone's by now. Without /proc (macOS) the pid is
+    trusted."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    try:
+        arguments = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"deployment-{deployment.slug}".encode() in arguments
+
+
+def _stop(deployment: Deployment, pid: int | None = None) -> None:
+    """End the deployment's process (its saved pid, or `pid`), and only if it is still it."""
+    pid = pid or deployment.pid
+    if pid and _is_endpoint(pid, deployment):
+        _kill(pid)
+    else:
+        _reap(pid)  # ended: collect it if it was our child
+
+
 def _kill(pid: int | None) -> None:
     if not pid:
         return
@@ -163,7 +186,7 @@ def process_start(deployment: Deployment) -> Deployment:
             deployment.refresh_from_db()
             return deployment
         time.sleep(0.3)
-    _kill(proc.pid)
+    _stop(deployment, proc.pid)
     tail = log_tail(deployment).strip().splitlines()[-5:]
     Deployment.objects.filter(pk=deployment.pk).update(
         state=DeploymentState.FAILED,
@@ -175,7 +198,7 @@ def process_start(deployment: Deployment) -> Deployment:
 
 
 def process_stop(deployment: Deployment) -> Deployment:
-    _kill(deployment.pid)
+    _stop(deployment)
     Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED, pid=None)
     deployment.refresh_from_db()
     return deployment
@@ -203,7 +226,7 @@ def deployment_reconcile(deployment_id: int) -> Deployment | None:
             Deployment.objects.filter(pk=deployment.pk).update(checked_at=timezone.now())
             return deployment
         was_running = deployment.state == DeploymentState.RUNNING
-        _kill(deployment.pid)  # hung or half-dead: make sure it is gone
+        _stop(deployment)  # hung or half-dead: make sure it is gone
         if was_running:
             Deployment.objects.filter(pk=deployment.pk).update(
                 restarts=deployment.restarts + 1,
@@ -227,3 +250,17 @@ def deployments_check() -> int:
     for pk in ids:
         deployment_reconcile(pk)
     return len(ids)
+
+
+def deployments_halt() -> int:
+    """Stop this machine's endpoint processes and keep what is wanted: those meant to run show
+    as stopped and the next check starts them again. `make run` calls this on Ctrl-C, once its
+    worker and beat are gone. Returns how many processes were stopped."""
+    halted = 0
+    for deployment in Deployment.objects.exclude(pid=None):
+        if not _ours(deployment):
+            continue
+        _stop(deployment)
+        Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED, pid=None)
+        halted += 1
+    return halted

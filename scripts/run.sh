@@ -16,6 +16,9 @@ cleanup() {
   echo "Stopping Kestrel..."
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # Dedicated endpoints run detached (they outlive a worker's restart); with everything else
+  # gone, stop them too. Those meant to run start again with the next `make run`.
+  $PY manage.py deployments_halt 2>/dev/null || true
   echo "Stopped."
 }
 trap cleanup INT TERM EXIT

@@ -5,6 +5,7 @@ supervisor restarts it and says so; the model behind the URL is swapped; stopped
 import io
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from django.test import Client
 
 from deploy.models import Deployment, DeploymentState
-from deploy.supervisor import deployments_check, health
+from deploy.supervisor import deployments_check, deployments_halt, health
 from tests.training.factories import trained_model_row
 from workspaces.services import api_key_create
 
@@ -95,6 +96,20 @@ def test_a_dedicated_endpoint_serves_restarts_swaps_and_stops(
     page = owner.get(f"/w/acme/deployments/{deployment.pk}/").content.decode()
     assert 'data-testid="restarts">1<' in page and "restarted" in page
 
+    # `make run` stopped with Ctrl-C: the process ends, the wish to run stays, and the next
+    # check (the next `make run`) brings it back, not counted as a crash.
+    pid = deployment.pid
+    assert deployments_halt() == 1
+    _wait(lambda: _gone(pid), 15, "the process to end")
+    deployment.refresh_from_db()
+    assert deployment.state == DeploymentState.STOPPED and deployment.desired_running
+    response = _call(client, deployment.slug)
+    assert response.status_code == 503 and "try shortly" in response.json()["detail"]
+    deployments_check()
+    deployment.refresh_from_db()
+    assert deployment.state == DeploymentState.RUNNING and deployment.restarts == 1
+    assert _call(client, deployment.slug).status_code == 200
+
     # Swap the model behind the same URL.
     other = trained_model_row(
         workspace=team.workspace,
@@ -127,3 +142,27 @@ def test_the_plan_limits_deployments(team):
     response = owner.post("/w/acme/deployments/new/", {"model": model.pk}, follow=True)
     assert "allows 1 deployment" in response.content.decode()
     assert Deployment.objects.count() == 1
+
+
+def test_a_saved_pid_that_is_no_longer_the_endpoint_is_never_killed(team):
+    """After a reboot, or long after the process ended, its pid may be anyone's."""
+    model = trained_model_row(workspace=team.workspace, class_names=["bird"])
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        Deployment.objects.create(
+            workspace=team.workspace,
+            model=model,
+            name="old",
+            slug="old-abc123",
+            state=DeploymentState.RUNNING,
+            desired_running=True,
+            port=8899,
+            pid=stranger.pid,
+        )
+        assert deployments_halt() == 1
+        assert stranger.poll() is None, "an unrelated process was killed"
+        deployment = Deployment.objects.get()
+        assert deployment.state == DeploymentState.STOPPED and deployment.pid is None
+    finally:
+        stranger.kill()
+        stranger.wait()
