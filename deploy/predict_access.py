@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from billing.models import Plan
 from deploy.models import ExportState, ModelExport
+from deploy.selectors import PREDICT_MODEL_FIELDS
 from training.models import TrainedModel, TrainingJob
 from workspaces.models import ApiKey, Membership, User, Workspace
 from workspaces.permissions import Perm, role_permissions, scopes_permissions
@@ -57,11 +58,11 @@ _KEY = _fields(ApiKey, {"id", "name", "scopes", "workspace_id", "created_by_id"}
 _USER = _fields(User, {"id", "email", "is_active"})
 _WORKSPACE = _fields(Workspace, {"id", "slug", "name", "plan_id"})
 _PLAN = _fields(Plan, {"id", "name", "predict_requests_per_minute"})
+# The model's own columns that selectors.models_for_predict reads, and its two keys.
 _MODEL = _fields(
     TrainedModel,
-    {"id", "workspace_id", "name", "task", "imgsz", "weights_key", "weights_sha256",
-     "inspect_state", "inspect_error", "job_id"},
-)  # fmt: skip
+    {f for f in PREDICT_MODEL_FIELDS if "__" not in f} | {"workspace_id", "job_id"},
+)
 
 
 @functools.cache
