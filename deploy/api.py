@@ -33,12 +33,6 @@ class PredictKeyAuth(HttpBearer):
 PREDICT_AUTH = [PredictKeyAuth(), django_auth]
 
 
-def _access(request: HttpRequest, workspace):
-    access = workspace_access_for_caller(auth=request.auth, user=request.user, slug=workspace.slug)
-    access.require(Perm.PREDICT)
-    return access
-
-
 def _caller(request: HttpRequest, model_id: int) -> tuple[WorkspaceAccess, TrainedModel]:
     """Who is calling, and the model: in one query for an API key, else the session's way."""
     if isinstance(request.auth, PresentedKey):
@@ -49,7 +43,11 @@ def _caller(request: HttpRequest, model_id: int) -> tuple[WorkspaceAccess, Train
     model = models_for_predict().filter(pk=model_id).first()
     if model is None:
         raise Http404("No such model.")
-    return _access(request, model.workspace), model
+    access = workspace_access_for_caller(
+        auth=request.auth, user=request.user, slug=model.workspace.slug
+    )
+    access.require(Perm.PREDICT)
+    return access, model
 
 
 @router.post("/models/{model_id}/predict", auth=PREDICT_AUTH)

@@ -260,7 +260,6 @@ def deployments_halt() -> int:
     for deployment in Deployment.objects.exclude(pid=None):
         if not _ours(deployment):
             continue
-        _stop(deployment)
-        Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED, pid=None)
+        process_stop(deployment)
         halted += 1
     return halted
