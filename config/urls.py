@@ -1,5 +1,3 @@
-from django.conf import settings
-from django.conf.urls.static import static
 from django.contrib import admin
 from django.urls import include, path
 
@@ -19,7 +17,7 @@ urlpatterns = [
     path("", include("training.live")),
     path("", include("billing.views")),
 ]
-if settings.DEBUG:
-    urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)
+# No route serves MEDIA_URL, not even under DEBUG: stored files are users' data, sent only by
+# views that check access (config/files.py).
 
 handler403 = "workspaces.views.permission_denied"

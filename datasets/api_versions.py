@@ -2,9 +2,10 @@
 
 from datetime import datetime
 
-from django.http import FileResponse, HttpRequest
+from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
+from config.files import generated_file_response
 from datasets import selectors
 from datasets.api import DatasetOut, dataset_out
 from datasets.models import Dataset, DatasetVersion
@@ -81,9 +82,8 @@ def dataset_export(
     access.require(Perm.READ)
     frozen = selectors.version_get(dataset=dataset, number=version) if version else None
     archive = export_run(fmt=format, dataset=None if frozen else dataset, version=frozen)
-    return FileResponse(
+    return generated_file_response(
         archive,
-        as_attachment=True,
         filename=export_filename(dataset=dataset, fmt=format, version=frozen),
         content_type="application/zip",
     )

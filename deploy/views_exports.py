@@ -2,11 +2,12 @@
 runs), and the download of a finished export."""
 
 from django.contrib import messages
-from django.http import FileResponse, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
+from config.files import stored_file_response
 from deploy.exports import export_filename, export_get, export_start, exports_panel
 from training import selectors as training_selectors
 from workspaces.decorators import workspace_view
@@ -51,12 +52,7 @@ def model_exports(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) ->
 @require_GET
 def export_download(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
     export = export_get(workspace=access.workspace, pk=pk)
-    return FileResponse(
-        training_selectors.stored_file_open(export.file_key),
-        filename=export_filename(export),
-        as_attachment=True,
-        content_type="application/octet-stream",
-    )
+    return stored_file_response(key=export.file_key, filename=export_filename(export))
 
 
 W = "w/<slug:ws_slug>/"

@@ -6,9 +6,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.files.storage import default_storage
 from django.http import (
-    FileResponse,
     Http404,
     HttpResponse,
     HttpResponseNotModified,
@@ -20,6 +18,7 @@ from django.urls import path, reverse
 from django.utils.http import parse_etags
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
+from config.files import stored_file_response
 from datasets import selectors
 from datasets.models import Dataset, Image, LabelStatus, Split
 from datasets.services import classes
@@ -31,7 +30,6 @@ from workspaces.selectors import WorkspaceAccess
 from workspaces.services import ServiceError
 
 CACHE_SECONDS = 24 * 3600
-STREAM_BLOCK = 64 * 1024
 # The name a browser saves an image under: ours, never the uploaded one.
 _EXTENSIONS = {
     "image/jpeg": "jpg",
@@ -103,54 +101,48 @@ def _image_headers(response: HttpResponse, etag: str | None) -> HttpResponse:
     return response
 
 
-def _serve(
-    request, *, key: str, content_type: str, etag: str, filename: str
-) -> HttpResponse | None:
-    """The stored object as a streamed response, a 304 for a matching ETag, or None when the
-    object is missing."""
+def _serve(request, *, key: str, content_type: str, etag: str, filename: str) -> HttpResponse:
+    """The stored image, or a 304 for a matching ETag; 404 when the object is missing."""
     if _etag_matches(request, etag):
         return _image_headers(HttpResponseNotModified(), etag)
-    try:
-        stored = default_storage.open(key, "rb")
-    except FileNotFoundError:
-        return None
-    response = FileResponse(stored, content_type=content_type, filename=filename)
-    response.block_size = STREAM_BLOCK
-    return _image_headers(response, etag)
+    response = stored_file_response(
+        key=key, filename=filename, inline_type=content_type, cache_seconds=CACHE_SECONDS
+    )
+    if response.status_code == 200:
+        # Not on a redirect to S3: a 304 would renew a cached redirect whose signature expired.
+        response["ETag"] = etag
+    return response
 
 
 def _image_file(request, image: Image) -> HttpResponse:
     blob = image.blob
     ext = _EXTENSIONS.get(blob.content_type, "bin")
-    response = _serve(
+    return _serve(
         request,
         key=blob.storage_key,
         content_type=blob.content_type,
         etag=f'"{blob.sha256}"',
         filename=f"image-{image.pk}.{ext}",
     )
-    if response is None:
-        raise Http404("The image's bytes are missing.")
-    return response
 
 
 def _image_thumb(request, image: Image) -> HttpResponse:
     """The WebP thumbnail; until it is made, a tiny grey placeholder that no one caches."""
     blob = image.blob
-    response = None
     if blob.has_thumbnail:
-        response = _serve(
-            request,
-            key=blob.thumbnail_key,
-            content_type="image/webp",
-            etag=f'"{blob.sha256}-t{settings.DATASET_THUMBNAIL_PX}"',
-            filename=f"image-{image.pk}-thumb.webp",
-        )
-    if response is None:
-        response = HttpResponse(thumbnail_placeholder(), content_type="image/webp")
-        response["Content-Disposition"] = f'inline; filename="image-{image.pk}-thumb.webp"'
-        _image_headers(response, None)
-    return response
+        try:
+            return _serve(
+                request,
+                key=blob.thumbnail_key,
+                content_type="image/webp",
+                etag=f'"{blob.sha256}-t{settings.DATASET_THUMBNAIL_PX}"',
+                filename=f"image-{image.pk}-thumb.webp",
+            )
+        except Http404:
+            pass  # its file is gone: the placeholder until it is made again
+    response = HttpResponse(thumbnail_placeholder(), content_type="image/webp")
+    response["Content-Disposition"] = f'inline; filename="image-{image.pk}-thumb.webp"'
+    return _image_headers(response, None)
 
 
 # --- gallery and image pages ------------------------------------------------------------------

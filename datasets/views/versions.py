@@ -6,11 +6,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, F, Q, Window
 from django.db.models.functions import RowNumber
-from django.http import FileResponse, Http404, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from config.files import generated_file_response
 from datasets import selectors
 from datasets.models import Dataset, DatasetVersion, Image, Task
 from datasets.services import datasets as dataset_services
@@ -159,9 +160,8 @@ def _download(request, access, dataset: Dataset, fmt: str, version: DatasetVersi
     except ServiceError as e:
         messages.error(request, str(e))
         return redirect("dataset_detail", ws_slug=access.workspace.slug, pk=dataset.pk)
-    return FileResponse(
+    return generated_file_response(
         archive,
-        as_attachment=True,
         filename=export_filename(dataset=dataset, fmt=fmt, version=version),
         content_type="application/zip",
     )

@@ -5,10 +5,11 @@ from pathlib import PurePosixPath
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from config.files import stored_file_response
 from training import selectors
 from training.models import (
     JobState,
@@ -100,13 +101,11 @@ def job_artifact(request, access: WorkspaceAccess, pk: int, name: str) -> HttpRe
     key = job.artifacts.get(name)
     if not isinstance(key, str) or not key:
         raise Http404("No such file for this job.")
-    content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    inline = content_type in INLINE_TYPES
-    return FileResponse(
-        selectors.stored_file_open(key),
+    content_type = mimetypes.guess_type(name)[0]
+    return stored_file_response(
+        key=key,
         filename=f"job-{job.pk}-{PurePosixPath(key).name}",
-        as_attachment=not inline,
-        content_type=content_type if inline else "application/octet-stream",
+        inline_type=content_type if content_type in INLINE_TYPES else None,
     )
 
 

@@ -1,11 +1,12 @@
 """The model page, promoting a model, and its weights download."""
 
 from django.contrib import messages
-from django.http import FileResponse, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from config.files import stored_file_response
 from deploy.exports import exports_panel
 from training import selectors
 from training.services.models import model_promote, model_upload
@@ -56,11 +57,9 @@ def model_promote_view(request, access: WorkspaceAccess, pk: int) -> HttpRespons
 @require_GET
 def model_weights(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     model = selectors.model_get(workspace=access.workspace, pk=pk)
-    return FileResponse(
-        selectors.stored_file_open(model.weights_key),
+    return stored_file_response(
+        key=model.weights_key,
         filename=f"kestrel-model-{model.pk}-{model.architecture or 'yolo'}.pt",
-        as_attachment=True,
-        content_type="application/octet-stream",
     )
 
 
