@@ -177,7 +177,12 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 MEDIA_URL = "media/"
 MEDIA_ROOT = Path(env.str("MEDIA_ROOT", default=str(VAR_DIR / "media")))
 
-# Object storage: local folder by default, S3 (or MinIO) when a bucket is named.
+# Object storage: local folder by default, S3 (or MinIO) when a bucket is named. No stored file
+# has a public URL: views check access, then config/files.py streams it, hands it to the front
+# server (STORAGE_ACCEL_REDIRECT, its internal location for MEDIA_ROOT) or redirects to a
+# presigned S3 URL that lives STORAGE_URL_EXPIRE_SECONDS.
+STORAGE_ACCEL_REDIRECT = env.str("STORAGE_ACCEL_REDIRECT", default="")
+STORAGE_URL_EXPIRE_SECONDS = env.int("STORAGE_URL_EXPIRE_SECONDS", default=300)
 AWS_STORAGE_BUCKET_NAME = env.str("AWS_STORAGE_BUCKET_NAME", default="")
 if AWS_STORAGE_BUCKET_NAME:
     _default_storage = {
@@ -191,6 +196,8 @@ if AWS_STORAGE_BUCKET_NAME:
             "default_acl": None,
             "file_overwrite": False,
             "querystring_auth": True,
+            "querystring_expire": STORAGE_URL_EXPIRE_SECONDS,
+            "signature_version": "s3v4",
         },
     }
 else:

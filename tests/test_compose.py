@@ -138,6 +138,8 @@ def test_object_storage_uses_minio_root_user(services):
     init_command = " ".join(command_words(services["minio-init"]))
     bucket = service_env(services["web"])["AWS_STORAGE_BUCKET_NAME"]
     assert f"mb --ignore-existing kestrel/{bucket}" in init_command
+    # Private even if it was opened before: stored files leave only through signed URLs.
+    assert f"anonymous set none kestrel/{bucket}" in init_command
 
 
 def test_commands(services):
