@@ -15,7 +15,7 @@ from annotation.shapes import LabelsInvalid
 from datasets import selectors as dataset_selectors
 from datasets.services.classes import dataset_class_create
 from workspaces.permissions import Perm
-from workspaces.selectors import workspace_access_for_caller
+from workspaces.selectors import workspace_access_for_object
 from workspaces.services import ServiceError
 
 router = Router(tags=["labels"])
@@ -38,8 +38,8 @@ def _body(request: HttpRequest) -> dict:
 def _image(request: HttpRequest, image_id: int, perm: Perm):
     access, image = selectors.image_for_caller(
         image_id=image_id,
-        access_for=lambda slug: workspace_access_for_caller(
-            auth=request.auth, user=request.user, slug=slug
+        access_for=lambda slug: workspace_access_for_object(
+            auth=request.auth, user=request.user, slug=slug, not_found="No such image."
         ),
     )
     access.require(perm)

@@ -2,7 +2,6 @@
 
 from django.conf import settings
 from django.db.models import Count, Q
-from django.http import Http404
 from django.middleware.csrf import get_token
 from django.urls import reverse
 
@@ -45,15 +44,13 @@ COCO_SKELETON = [
 
 def image_for_caller(*, image_id: int, access_for) -> tuple[WorkspaceAccess, Image]:
     """An image by id for an API caller: 404 unless the caller is in the image's workspace
-    (`access_for(slug)` raises Http404 for a stranger)."""
+    (`access_for(slug)` raises Http404 for a stranger), the same 404 as for no such image."""
     image = (
         Image.objects.select_related("blob", "dataset", "dataset__workspace")
         .filter(pk=image_id)
         .first()
     )
-    if image is None:
-        raise Http404("No such image.")
-    return access_for(image.dataset.workspace.slug), image
+    return access_for(image.dataset.workspace.slug if image else None), image
 
 
 def label_out(label) -> dict:

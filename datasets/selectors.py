@@ -5,7 +5,7 @@ from django.http import Http404
 
 from datasets.models import Dataset, DatasetVersion, Image, Import
 from workspaces.models import Workspace
-from workspaces.selectors import WorkspaceAccess, workspace_access_for_caller
+from workspaces.selectors import WorkspaceAccess, workspace_access_for_object
 
 
 def dataset_list(*, workspace: Workspace) -> QuerySet[Dataset]:
@@ -22,9 +22,9 @@ def dataset_get(*, workspace: Workspace, pk: int) -> Dataset:
 def dataset_access_for_caller(*, auth, user, pk: int) -> tuple[WorkspaceAccess, Dataset]:
     """For API routes naming a dataset by id only: 404 unless the caller reaches its workspace."""
     slug = Dataset.objects.filter(pk=pk).values_list("workspace__slug", flat=True).first()
-    if slug is None:
-        raise Http404("No such dataset.")
-    access = workspace_access_for_caller(auth=auth, user=user, slug=slug)
+    access = workspace_access_for_object(
+        auth=auth, user=user, slug=slug, not_found="No such dataset."
+    )
     return access, dataset_get(workspace=access.workspace, pk=pk)
 
 

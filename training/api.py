@@ -3,9 +3,10 @@
 
 from datetime import datetime
 
-from django.http import FileResponse, Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
+from config.files import stored_file_response
 from datasets.models import Task
 from training import selectors
 from training.estimator import EstimateConfig, estimates_for, version_images
@@ -24,7 +25,7 @@ from training.services.models import model_promote
 from training.supervisor import job_progress
 from workspaces.models import Project
 from workspaces.permissions import Perm
-from workspaces.selectors import WorkspaceAccess, project_get, workspace_access_for_caller
+from workspaces.selectors import WorkspaceAccess, project_get, workspace_access_for_object
 from workspaces.services import ServiceError
 
 router = Router(tags=["training"])
@@ -204,9 +205,9 @@ def model_out(model: TrainedModel, *, workspace_slug: str) -> ModelOut:
 def _project_access(request: HttpRequest, project_id: int) -> WorkspaceAccess:
     """The caller's access to the workspace of a project (404 for strangers), able to train."""
     slug = Project.objects.filter(pk=project_id).values_list("workspace__slug", flat=True).first()
-    if slug is None:
-        raise Http404("No such project.")
-    access = workspace_access_for_caller(auth=request.auth, user=request.user, slug=slug)
+    access = workspace_access_for_object(
+        auth=request.auth, user=request.user, slug=slug, not_found="No such project."
+    )
     access.require(Perm.TRAIN)
     return access
 
@@ -309,11 +310,9 @@ def model_weights(request: HttpRequest, model_id: int):
         auth=request.auth, user=request.user, pk=model_id
     )
     access.require(Perm.READ)
-    return FileResponse(
-        selectors.stored_file_open(model.weights_key),
-        as_attachment=True,
+    return stored_file_response(
+        key=model.weights_key,
         filename=f"kestrel-model-{model.pk}-{model.architecture or 'yolo'}.pt",
-        content_type="application/octet-stream",
     )
 
 

@@ -3,8 +3,6 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.core.files import File
-from django.core.files.storage import default_storage
 from django.db.models import (
     Case,
     CharField,
@@ -37,7 +35,7 @@ from training.models import (
     TrainingJob,
 )
 from workspaces.models import Project, Workspace
-from workspaces.selectors import WorkspaceAccess, workspace_access_for_caller
+from workspaces.selectors import WorkspaceAccess, workspace_access_for_object
 
 # The metric that ranks a job's epochs, per task: the one Ultralytics reports first for it.
 PRIMARY_METRIC = {
@@ -282,9 +280,9 @@ def job_get(*, workspace: Workspace, pk: int) -> TrainingJob:
 def job_access_for_caller(*, auth, user, pk: int) -> tuple[WorkspaceAccess, TrainingJob]:
     """For API routes naming a job by id only: 404 unless the caller reaches its workspace."""
     slug = TrainingJob.objects.filter(pk=pk).values_list("workspace__slug", flat=True).first()
-    if slug is None:
-        raise Http404("No such training job.")
-    access = workspace_access_for_caller(auth=auth, user=user, slug=slug)
+    access = workspace_access_for_object(
+        auth=auth, user=user, slug=slug, not_found="No such training job."
+    )
     return access, job_get(workspace=access.workspace, pk=pk)
 
 
@@ -318,9 +316,9 @@ def model_get(*, workspace: Workspace, pk: int) -> TrainedModel:
 
 def model_access_for_caller(*, auth, user, pk: int) -> tuple[WorkspaceAccess, TrainedModel]:
     slug = TrainedModel.objects.filter(pk=pk).values_list("workspace__slug", flat=True).first()
-    if slug is None:
-        raise Http404("No such model.")
-    access = workspace_access_for_caller(auth=auth, user=user, slug=slug)
+    access = workspace_access_for_object(
+        auth=auth, user=user, slug=slug, not_found="No such model."
+    )
     return access, model_get(workspace=access.workspace, pk=pk)
 
 
@@ -338,16 +336,6 @@ def trainable_version_get(*, workspace: Workspace, pk: int) -> DatasetVersion:
     if version is None:
         raise Http404("No such dataset version.")
     return version
-
-
-def stored_file_open(key: str) -> File:
-    """A stored checkpoint, plot or weights file, opened for streaming; 404 when it is gone."""
-    if not key:
-        raise Http404("No file is stored.")
-    try:
-        return default_storage.open(key, "rb")
-    except FileNotFoundError:
-        raise Http404("The file is no longer stored.") from None
 
 
 def job_state_dict(job: TrainingJob) -> dict:

@@ -93,6 +93,21 @@ def workspace_access_for_caller(*, auth, user: User, slug: str) -> WorkspaceAcce
     return workspace_access_for_user(user=user, slug=slug)
 
 
+def workspace_access_for_object(
+    *, auth, user: User, slug: str | None, not_found: str
+) -> WorkspaceAccess:
+    """The scoping helper for a row an API call names by id alone: the caller's access to the
+    workspace the row lives in (`slug`, None for no such row). An unknown id and another
+    team's id get the same 404 with the same words, `not_found`: the answer never tells a
+    stranger that the id exists."""
+    if slug is not None:
+        try:
+            return workspace_access_for_caller(auth=auth, user=user, slug=slug)
+        except Http404:
+            pass
+    raise Http404(not_found)
+
+
 def workspace_slugs_for_caller(*, auth, user: User) -> list[str]:
     """Every workspace an API caller can reach: a key reaches only its own."""
     if isinstance(auth, ApiKey):
