@@ -39,4 +39,5 @@ RUN useradd --system --user-group --uid 10001 --home-dir /app --no-create-home \
 USER kestrel
 
 EXPOSE 8000
-CMD ["uvicorn", "config.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--timeout-graceful-shutdown", "5"]
+# config.web: uvicorn, believing X-Forwarded-For only from TRUSTED_PROXIES.
+CMD ["python", "-m", "config.web", "--host", "0.0.0.0", "--port", "8000", "--timeout-graceful-shutdown", "5"]

@@ -101,7 +101,7 @@ def training_worker(env: dict | None = None) -> subprocess.Popen:
 def web_server(port: int) -> subprocess.Popen:
     """The app under uvicorn, one process, as `make run` serves it."""
     return subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+        [sys.executable, "-m", "config.web", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"],
         cwd=ROOT, env=os.environ.copy(), start_new_session=True,
     )  # fmt: skip

@@ -76,6 +76,7 @@ class Server:
     """An inference server process of this run."""
 
     def __init__(self, name: str, *args: str, env: dict | None = None):
+        self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
@@ -107,9 +108,23 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def server_headers(weights: Path) -> dict:
+def server_auth(server: "Server", action: str = "predict", weights: Path | None = None) -> dict:
+    """A call's own token, as web processes mint them (one server, one model, a minute)."""
+    from deploy.inference.tokens import inference_token
+
+    token = inference_token(
+        secret=os.environ["INFERENCE_TOKEN"],
+        server=server.name,
+        action=action,
+        model_key="bench:1" if weights else "",
+        model_path=str(weights) if weights else "",
+    )
+    return {"Authorization": f"Bearer {token}"}
+
+
+def server_headers(weights: Path, server: "Server") -> dict:
     return {
-        "Authorization": f"Bearer {os.environ['INFERENCE_TOKEN']}",
+        **server_auth(server, "predict", weights),
         "X-Model-Path": str(weights),
         "X-Model-Key": "bench:1",
         "X-Model-Name": "bench",
@@ -139,7 +154,7 @@ def interleaved(calls: list[tuple[str, object]], n: int) -> dict[str, list[tuple
     return samples
 
 
-def throughput(url: str, headers: dict, data: bytes, params: dict, *, clients: int, n: int):
+def throughput(server, weights: Path, data: bytes, params: dict, *, clients: int, n: int):
     """Images per second with `clients` callers each sending its next image when the last one
     is answered, `n` images in all."""
     import httpx
@@ -154,7 +169,10 @@ def throughput(url: str, headers: dict, data: bytes, params: dict, *, clients: i
                 while left > 0:
                     left -= 1
                     r = await client.post(
-                        f"{url}/predict", params=params, content=data, headers=headers
+                        f"{server.url}/predict",
+                        params=params,
+                        content=data,
+                        headers=server_headers(weights, server),
                     )
                     if r.status_code != 200:
                         raise SystemExit(f"HTTP {r.status_code}: {r.text[:300]}")
@@ -303,7 +321,6 @@ def main() -> None:
     web = None
     try:
         client = httpx.Client(timeout=120)
-        headers = server_headers(weights)
         for label, server in (
             ("inference server, HTTP", shared),
             ("dedicated endpoint, HTTP", dedicated),
@@ -312,7 +329,10 @@ def main() -> None:
                 (
                     label,
                     lambda s=server: client.post(
-                        f"{s.url}/predict", params=params, content=data, headers=headers
+                        f"{s.url}/predict",
+                        params=params,
+                        content=data,
+                        headers=server_headers(weights, s),
                     ),
                 )
             )
@@ -322,12 +342,12 @@ def main() -> None:
         rows = [(label, measured.get(label, call)) for label, call in calls]
 
         total = max(8 * args.concurrency, n)
-        single = throughput(
-            one_at_a_time.url, headers, data, params, clients=args.concurrency, n=total
-        )
-        before = client.get(f"{shared.url}/stats", headers=headers).json()["models"]["bench:1"]
-        batched = throughput(shared.url, headers, data, params, clients=args.concurrency, n=total)
-        after = client.get(f"{shared.url}/stats", headers=headers).json()["models"]["bench:1"]
+        single = throughput(one_at_a_time, weights, data, params, clients=args.concurrency, n=total)
+        stats_auth = server_auth(shared, "stats")
+        before = client.get(f"{shared.url}/stats", headers=stats_auth).json()["models"]["bench:1"]
+        batched = throughput(shared, weights, data, params, clients=args.concurrency, n=total)
+        stats_auth = server_auth(shared, "stats")
+        after = client.get(f"{shared.url}/stats", headers=stats_auth).json()["models"]["bench:1"]
     finally:
         if web is not None:
             os.killpg(web.pid, signal.SIGTERM)

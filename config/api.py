@@ -1,17 +1,17 @@
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from ninja import NinjaAPI
-from ninja.security import django_auth
 
 from annotation.api import router as annotation_router
 from billing.api import router as billing_router
+from config.errors import api_errors_install
 from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
 from deploy.api import router as deploy_router
 from training.api import router as training_router
 from training.trainer_events import router as trainer_router
-from workspaces.api import ApiKeyAuth
+from workspaces.api import ApiKeyAuth, session_auth
 from workspaces.api import router as workspaces_router
 from workspaces.services import ServiceError
 
@@ -22,9 +22,10 @@ api = NinjaAPI(
         "Send `Authorization: Bearer ksk_…` with a workspace API key, or use the browser "
         "session. A key reaches only its own workspace and only what its scopes allow."
     ),
-    auth=[ApiKeyAuth(), django_auth],
+    auth=[ApiKeyAuth(), session_auth],
     urls_namespace="api",
 )
+api_errors_install(api)
 api.add_router("/", workspaces_router)
 api.add_router("/", datasets_router)
 api.add_router("/", uploads_router)

@@ -13,6 +13,8 @@ import environ
 from celery.schedules import crontab
 from csp.constants import NONE, SELF
 
+from config.secrets import install_secret
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -22,12 +24,16 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 DJANGO_ENV = env.str("DJANGO_ENV", default="development")
 PRODUCTION = DJANGO_ENV == "production"
 
-DEBUG = env.bool("DEBUG", default=not PRODUCTION)
+# Off unless asked for (DEBUG=1), the quick start included: a debug page shows settings and
+# paths to whoever triggers an error, and even then only superusers see one (config/errors.py).
+DEBUG = env.bool("DEBUG", default=False)
 if PRODUCTION:
     SECRET_KEY = env.str("SECRET_KEY")  # no default: refuse to start without one
     ALLOWED_HOSTS = env.list("ALLOWED_HOSTS")
 else:
-    SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key-change-me-" + "x" * 32)
+    # The quick start's key is random per install, written once into var/ and never printed:
+    # a public default would let anyone forge sessions and every token the server mints.
+    SECRET_KEY = env.str("SECRET_KEY", default="") or install_secret(VAR_DIR / "secret_key")
     ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 SITE_URL = env.str("SITE_URL", default="http://127.0.0.1:8000")
@@ -83,6 +89,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "workspaces.context_processors.workspace_nav",
+                "workspaces.context_processors.mail_delivery",
             ],
         },
     },
@@ -148,7 +155,15 @@ ACCOUNT_USER_MODEL_USERNAME_FIELD = None
 ACCOUNT_LOGIN_METHODS = {"email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
 ACCOUNT_UNIQUE_EMAIL = True
-ACCOUNT_EMAIL_VERIFICATION = env.str("ACCOUNT_EMAIL_VERIFICATION", default="optional")
+# Mandatory: an invitation is accepted only by an account that proved it reads mail at the
+# invited address, and only then can signup hide whether an address is registered (allauth
+# mails the owner instead of saying so on the page). The quick start prints mails in the
+# terminal running `make run`, and its "verify your address" page says so.
+ACCOUNT_EMAIL_VERIFICATION = env.str("ACCOUNT_EMAIL_VERIFICATION", default="mandatory")
+ACCOUNT_PREVENT_ENUMERATION = True
+# Opening the confirmation link in the browser that signed up finishes signing in, and goes on
+# to where the person was headed (an invitation); a link opened anywhere else only confirms.
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
 ACCOUNT_LOGIN_ON_PASSWORD_RESET = True
 ACCOUNT_SESSION_REMEMBER = None
 ACCOUNT_RATE_LIMITS = {
@@ -173,6 +188,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# Outside production, WhiteNoise also serves straight from the apps' static folders, so the
+# quick start (DEBUG off) needs no collectstatic after an edit.
+WHITENOISE_USE_FINDERS = not PRODUCTION
 STATICFILES_DIRS = [BASE_DIR / "static"]
 MEDIA_URL = "media/"
 MEDIA_ROOT = Path(env.str("MEDIA_ROOT", default=str(VAR_DIR / "media")))
@@ -312,6 +330,12 @@ PREDICT_URL_SOURCES = env.bool("PREDICT_URL_SOURCES", default=False)
 ANNOTATION_SAM_WEIGHTS = env.str("KESTREL_SAM_WEIGHTS", default="")
 
 MESSAGE_TAGS = {40: "error"}
+
+# Error pages: under DEBUG, the technical page only for a signed-in superuser (config/errors.py).
+DEFAULT_EXCEPTION_REPORTER = "config.errors.SuperuserOnlyExceptionReporter"
+# Front servers whose X-Forwarded-For the web server believes (comma-separated addresses).
+# Empty: none, so a client cannot pick the address rate limits count (config/web.py).
+TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
 
 # Content security policy: same-origin scripts only, never inline.
 CONTENT_SECURITY_POLICY = {

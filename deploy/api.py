@@ -8,15 +8,17 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError
-from ninja.security import HttpBearer, django_auth
+from ninja.security import HttpBearer
 
+from config.errors import api_errors_install
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward
 from deploy.predict_access import KeyRefused, PresentedKey, predict_access
 from deploy.selectors import models_for_predict
 from training.models import TrainedModel
+from workspaces.api import session_auth
 from workspaces.permissions import Perm
-from workspaces.selectors import WorkspaceAccess, workspace_access_for_caller
+from workspaces.selectors import WorkspaceAccess, workspace_access_for_object
 
 router = Router(tags=["inference"])
 
@@ -30,7 +32,7 @@ class PredictKeyAuth(HttpBearer):
         return key if key.prefix else None
 
 
-PREDICT_AUTH = [PredictKeyAuth(), django_auth]
+PREDICT_AUTH = [PredictKeyAuth(), session_auth]
 
 
 def _caller(request: HttpRequest, model_id: int) -> tuple[WorkspaceAccess, TrainedModel]:
@@ -41,10 +43,11 @@ def _caller(request: HttpRequest, model_id: int) -> tuple[WorkspaceAccess, Train
         except KeyRefused:
             raise AuthenticationError from None
     model = models_for_predict().filter(pk=model_id).first()
-    if model is None:
-        raise Http404("No such model.")
-    access = workspace_access_for_caller(
-        auth=request.auth, user=request.user, slug=model.workspace.slug
+    access = workspace_access_for_object(
+        auth=request.auth,
+        user=request.user,
+        slug=model.workspace.slug if model else None,
+        not_found="No such model.",
     )
     access.require(Perm.PREDICT)
     return access, model
@@ -69,6 +72,7 @@ endpoints = NinjaAPI(
     docs_url=None,
     openapi_url=None,
 )
+api_errors_install(endpoints)
 
 
 @endpoints.post("/{slug}/predict")
@@ -97,6 +101,7 @@ def deployment_predict(request: HttpRequest, slug: str):
         access=access,
         model=model,
         server_url=f"http://{settings.DEPLOY_HOST}:{deployment.port}",
+        server_name=f"deployment-{deployment.slug}",
         deployment_id=deployment.pk,
     )
 

@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from datasets.services.images import ImageRejected, image_check
 from deploy.fetch import FetchRefused, fetch_image
+from deploy.inference.tokens import inference_token
 from deploy.ratelimit import rate_take
 from deploy.usage import usage_count
 from training.models import JobState, TrainedModel
@@ -187,6 +188,7 @@ def predict_forward(
     access: WorkspaceAccess,
     model: TrainedModel,
     server_url: str,
+    server_name: str = "shared",
     deployment_id: int | None = None,
 ) -> HttpResponse:
     """The whole call: limits, image, parameters, the model server, usage. Errors are JSON
@@ -222,7 +224,14 @@ def predict_forward(
                 params=params.query(),
                 content=checked.data,
                 headers={
-                    "Authorization": f"Bearer {settings.INFERENCE_TOKEN}",
+                    "Authorization": "Bearer "
+                    + inference_token(
+                        secret=settings.INFERENCE_TOKEN,
+                        server=server_name,
+                        action="predict",
+                        model_key=cache_key,
+                        model_path=path,
+                    ),
                     "X-Model-Path": path,
                     "X-Model-Key": cache_key,
                     "X-Model-Name": quote(model.name),

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from deploy.inference.tokens import inference_token
 from deploy.models import Deployment, DeploymentState
 
 HEALTH_TIMEOUT = 2.0
@@ -55,7 +56,14 @@ def stats(deployment: Deployment) -> dict | None:
     try:
         return httpx.get(
             f"{_url(deployment)}/stats",
-            headers={"Authorization": f"Bearer {settings.INFERENCE_TOKEN}"},
+            headers={
+                "Authorization": "Bearer "
+                + inference_token(
+                    secret=settings.INFERENCE_TOKEN,
+                    server=f"deployment-{deployment.slug}",
+                    action="stats",
+                )
+            },
             timeout=HEALTH_TIMEOUT,
         ).json()
     except (httpx.HTTPError, ValueError):

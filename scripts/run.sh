@@ -55,7 +55,8 @@ $PY manage.py seed_demo
 
 # Live job pages hold their event streams open for hours: on stop, give them 5 s, then close
 # (browsers reconnect by themselves and resume with Last-Event-ID).
-.venv/bin/uvicorn config.asgi:application --host "$HOST" --port "$PORT" --log-level warning \
+# config.web: uvicorn, believing X-Forwarded-For only from TRUSTED_PROXIES (none by default).
+$PY -m config.web --host "$HOST" --port "$PORT" --log-level warning \
   --timeout-graceful-shutdown 5 &
 pids+=($!)
 .venv/bin/celery -A config worker -Q default --concurrency 2 --loglevel INFO \

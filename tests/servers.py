@@ -34,7 +34,7 @@ def app_server(**env_extra: str) -> Iterator[str]:
         "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,
         **env_extra,
     }
-    command = [sys.executable, "-m", "uvicorn", "config.asgi:application"]
+    command = [sys.executable, "-m", "config.web"]  # as make run serves it
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -23,7 +23,7 @@ from tests.datasets.factories import (
     LabelFactory,
 )
 from tests.workspaces.factories import ProjectFactory
-from workspaces.models import Invitation, Membership
+from workspaces.models import ApiKeyScope, Invitation, Membership
 from workspaces.services import api_key_create, invitation_token
 
 ROLES = ["viewer", "editor", "admin", "owner"]
@@ -135,11 +135,11 @@ API = [
         "/api/v1/workspaces/{slug}/members/{member_id}",
         "patch",
         "admin",
-        "write",
+        "members",
         200,
         {"role": "viewer"},
     ),
-    ApiRow("/api/v1/workspaces/{slug}/members/{member_id}", "delete", "admin", "write", 204),
+    ApiRow("/api/v1/workspaces/{slug}/members/{member_id}", "delete", "admin", "members", 204),
     ApiRow("/api/v1/workspaces/{slug}/projects", "get", "viewer", "read", 200),
     ApiRow("/api/v1/workspaces/{slug}/projects", "post", "editor", "write", 201, {"name": "Fresh"}),
     ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "get", "viewer", "read", 200),
@@ -152,16 +152,16 @@ API = [
         {"name": "X"},
     ),
     ApiRow("/api/v1/workspaces/{slug}/projects/{project_id}", "delete", "editor", "write", 204),
-    ApiRow("/api/v1/workspaces/{slug}/keys", "get", "admin", "write", 200),
+    ApiRow("/api/v1/workspaces/{slug}/keys", "get", "admin", "keys", 200),
     ApiRow(
         "/api/v1/workspaces/{slug}/keys",
         "post",
         "admin",
-        "write",
+        "keys",
         201,
-        {"name": "k", "scopes": ["read"]},
+        {"name": "k", "scopes": ["keys"]},  # a keys-only key may hand on only that
     ),
-    ApiRow("/api/v1/workspaces/{slug}/keys/{key_id}", "delete", "admin", "write", 204),
+    ApiRow("/api/v1/workspaces/{slug}/keys/{key_id}", "delete", "admin", "keys", 204),
 ]
 API += _area_rows("API")
 API_ACTORS = [*ACTORS, "key_with_scope", "key_without_scope", "key_of_other_workspace"]
@@ -294,7 +294,7 @@ def _api_client(actor: str, row: ApiRow, ctx) -> Client:
             access = workspace_access_for_user(user=ctx["stranger"], slug="elsewhere")
         else:
             access = team.access("owner")
-        all_scopes = ["read", "write", "train", "predict"]
+        all_scopes = ApiKeyScope.values
         scopes = (
             [row.scope]
             if actor != "key_without_scope"

@@ -146,7 +146,7 @@ def test_commands(services):
     web = " ".join(command_words(services["web"]))
     assert re.search(
         r"migrate --noinput && python manage.py seed_demo"
-        r" && (exec )?uvicorn config\.asgi:application",
+        r" && (exec )?python -m config\.web",
         web,
     ), web
     worker = command_words(services["worker"])

@@ -2,13 +2,14 @@
 
 from datetime import datetime
 
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
-from ninja.security import HttpBearer
+from ninja.security import APIKeyCookie, HttpBearer
 
 from workspaces import selectors, services
-from workspaces.models import ApiKey, Membership
+from workspaces.models import ApiKey, ApiKeyScope, Membership
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -16,6 +17,25 @@ from workspaces.selectors import WorkspaceAccess
 class ApiKeyAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
         return services.api_key_authenticate(raw=token)
+
+
+class SessionAuth(APIKeyCookie):
+    """The browser session, CSRF-checked. A call without a signed-in session is just not
+    authenticated by it (the API answers 401), never refused as a CSRF failure: django-ninja's
+    own session auth checks CSRF first, so a keyless script was told "CSRF check Failed"."""
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
+
+    def authenticate(self, request: HttpRequest, key: str | None):
+        return request.user if request.user.is_authenticated else None
+
+
+session_auth = SessionAuth()
 
 
 def api_access(request: HttpRequest, slug: str, perm: Perm) -> WorkspaceAccess:
@@ -71,7 +91,7 @@ class ProjectOut(Schema):
 
 class KeyIn(Schema):
     name: str = Field(max_length=100)
-    scopes: list[str] = Field(max_length=4)
+    scopes: list[str] = Field(max_length=len(ApiKeyScope.values))
     expires_at: datetime | None = None
 
 

@@ -183,6 +183,8 @@ class ApiKeyScope(models.TextChoices):
     WRITE = "write", "Write"
     TRAIN = "train", "Train"
     PREDICT = "predict", "Predict"
+    MEMBERS = "members", "Manage members"
+    KEYS = "keys", "Manage keys"
 
 
 class ApiKey(models.Model):

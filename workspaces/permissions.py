@@ -41,14 +41,16 @@ ROLE_PERMISSIONS: dict[str, frozenset[Perm]] = {
     Role.OWNER: _OWNER,
 }
 
-# What a key may do is what its creator's role allows, narrowed to the key's scopes.
+# What a key may do is what its creator's role allows, narrowed to the key's scopes. Making
+# keys and managing members have scopes of their own: either one could otherwise turn a key
+# into a stronger key (directly, or by inviting an admin who makes one).
 SCOPE_PERMISSIONS: dict[str, frozenset[Perm]] = {
     ApiKeyScope.READ: frozenset({Perm.READ}),
-    ApiKeyScope.WRITE: frozenset(
-        {Perm.WRITE, Perm.REVIEW, Perm.MANAGE_MEMBERS, Perm.MANAGE_KEYS, Perm.MANAGE_WORKSPACE}
-    ),
+    ApiKeyScope.WRITE: frozenset({Perm.WRITE, Perm.REVIEW, Perm.MANAGE_WORKSPACE}),
     ApiKeyScope.TRAIN: frozenset({Perm.TRAIN}),
     ApiKeyScope.PREDICT: frozenset({Perm.PREDICT}),
+    ApiKeyScope.MEMBERS: frozenset({Perm.MANAGE_MEMBERS}),
+    ApiKeyScope.KEYS: frozenset({Perm.MANAGE_KEYS}),
 }
 
 ROLE_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.ADMIN: 2, Role.OWNER: 3}

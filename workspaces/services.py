@@ -4,7 +4,9 @@ import hashlib
 import hmac
 import secrets
 from datetime import UTC, datetime
+from enum import StrEnum
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.core import signing
 from django.core.exceptions import PermissionDenied
@@ -189,11 +191,14 @@ _INVITE_SALT = "kestrel.invitation"
 
 
 def invitation_token(invitation: Invitation) -> str:
-    return signing.dumps({"i": invitation.pk}, salt=_INVITE_SALT, compress=True)
+    """The link's token: names the one invitation and the address it was sent to, signed with
+    the install's secret, and expires with the invitation."""
+    return signing.dumps(
+        {"i": invitation.pk, "e": invitation.email.lower()}, salt=_INVITE_SALT, compress=True
+    )
 
 
-def invitation_from_token(token: str) -> Invitation:
-    """The invitation a link names, or ServiceError saying why the link cannot be used."""
+def _invitation_token_claims(token: str) -> dict:
     try:
         data = signing.loads(
             token, salt=_INVITE_SALT, max_age=settings.INVITATION_MAX_AGE.total_seconds()
@@ -202,11 +207,25 @@ def invitation_from_token(token: str) -> Invitation:
         raise ServiceError("This invitation has expired. Ask for a new one.") from None
     except signing.BadSignature:
         raise ServiceError("This invitation link is not valid.") from None
+    if not isinstance(data, dict) or not isinstance(data.get("i"), int):
+        raise ServiceError("This invitation link is not valid.")
+    return data
+
+
+def invitation_token_check(token: str) -> None:
+    """ServiceError unless the link is one this server signed and it has not expired. Reads
+    nothing, so it says nothing about the invitation itself (for anonymous visitors)."""
+    _invitation_token_claims(token)
+
+
+def invitation_from_token(token: str) -> Invitation:
+    """The invitation a link names, or ServiceError saying why the link cannot be used."""
+    data = _invitation_token_claims(token)
     invitation = (
-        Invitation.objects.select_related("workspace", "invited_by")
-        .filter(pk=data.get("i") if isinstance(data, dict) else None)
-        .first()
+        Invitation.objects.select_related("workspace", "invited_by").filter(pk=data["i"]).first()
     )
+    if invitation is not None and invitation.email.lower() != data.get("e"):
+        invitation = None  # minted for another address: not this invitation's link
     if invitation is None or invitation.revoked_at is not None:
         raise ServiceError("This invitation was withdrawn.")
     if invitation.accepted_at is not None:
@@ -280,11 +299,9 @@ def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
         raise ServiceError("This invitation was withdrawn.")
     if invitation.expires_at <= timezone.now():
         raise ServiceError("This invitation has expired. Ask for a new one.")
-    if invitation.email.lower() != user.email.lower():
-        raise ServiceError(
-            f"This invitation was sent to {invitation.email}, but you are signed in as "
-            f"{user.email}. Sign in with the invited address."
-        )
+    problem = invitation_email_problem(invitation=invitation, user=user)
+    if problem:
+        raise ServiceError(problem)
     membership = Membership.objects.filter(workspace=invitation.workspace, user=user).first()
     if membership is None:
         membership = Membership.objects.create(
@@ -294,6 +311,45 @@ def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
     invitation.accepted_by = user
     invitation.save(update_fields=["accepted_at", "accepted_by"])
     return membership
+
+
+class InvitedAddress(StrEnum):
+    """What the signed-in account holds of the address an invitation was sent to."""
+
+    CONFIRMED = "confirmed"
+    UNCONFIRMED = "unconfirmed"  # added, but the confirmation link was not opened yet
+    ABSENT = "absent"
+
+
+def invitation_address_state(*, invitation: Invitation, user: User) -> InvitedAddress:
+    """allauth's email confirmation proves someone reads mail at an address."""
+    address = EmailAddress.objects.filter(user=user, email__iexact=invitation.email).first()
+    if address is None:
+        return InvitedAddress.ABSENT
+    return InvitedAddress.CONFIRMED if address.verified else InvitedAddress.UNCONFIRMED
+
+
+def email_masked(email: str) -> str:
+    """`ada.lovelace@example.com` as `a•••@example.com`: enough to tell which address."""
+    local, _, domain = email.partition("@")
+    return f"{local[:1]}•••@{domain}"
+
+
+def invitation_email_problem(*, invitation: Invitation, user: User) -> str | None:
+    """Why `user` cannot accept yet, or None: they must hold the invited address, confirmed."""
+    state = invitation_address_state(invitation=invitation, user=user)
+    if state == InvitedAddress.CONFIRMED:
+        return None
+    if state == InvitedAddress.UNCONFIRMED:
+        return (
+            f"Confirm your address {invitation.email} first: open the link in the "
+            "confirmation mail Kestrel sent you, then come back to this invitation."
+        )
+    return (
+        f"This invitation was sent to {email_masked(invitation.email)}, and you are signed in "
+        f"as {user.email}. Sign in with the invited address (or add it to your account and "
+        "confirm it) to accept."
+    )
 
 
 @transaction.atomic
@@ -389,6 +445,19 @@ def api_key_create(
         expires_at = timezone.make_aware(expires_at, UTC)  # the API documents UTC
     if expires_at is not None and expires_at <= timezone.now():
         raise ServiceError("The expiry must be in the future.")
+    parent = access.api_key
+    if parent is not None:
+        # A key making a key (it has the keys scope, checked above) hands on only what it has.
+        missing = [s for s in ApiKeyScope.values if s in scopes and s not in parent.scopes]
+        if missing:
+            raise PermissionDenied(
+                f"This API key cannot grant scopes it does not have: {', '.join(missing)}."
+            )
+        if parent.expires_at is not None and (expires_at is None or expires_at > parent.expires_at):
+            raise ServiceError(
+                "A key made by a key must expire no later than it "
+                f"({parent.expires_at:%Y-%m-%d %H:%M} UTC)."
+            )
     prefix = secrets.token_hex(API_KEY_PREFIX_BYTES)
     raw = f"ksk_{prefix}_{secrets.token_urlsafe(API_KEY_SECRET_BYTES)}"
     key = ApiKey.objects.create(

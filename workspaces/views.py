@@ -312,14 +312,24 @@ def invitation_revoke(request, access: WorkspaceAccess, pk: int) -> HttpResponse
 
 @require_http_methods(["GET", "POST"])
 def invitation_accept(request, token: str) -> HttpResponse:
+    """Whoever holds a link learns nothing from it but "sign in": the workspace, the inviter
+    and the invitation's state are shown only to a signed-in account, and the details only to
+    the account that holds the invited address."""
+    if not request.user.is_authenticated:
+        try:
+            services.invitation_token_check(token)
+        except ServiceError as e:
+            return _invitation_invalid(request, e)
+        if request.method == "POST":
+            login = reverse("account_login")
+            return redirect(f"{login}?{urlencode({'next': request.path})}")
+        return render(request, "workspaces/invitation_signin.html", {"next": request.path})
     try:
         invitation = services.invitation_from_token(token)
     except ServiceError as e:
-        return render(request, "workspaces/invitation_invalid.html", {"error": str(e)}, status=404)
-    if request.method == "POST":
-        if not request.user.is_authenticated:
-            login = reverse("account_login")
-            return redirect(f"{login}?{urlencode({'next': request.path})}")
+        return _invitation_invalid(request, e)
+    problem = services.invitation_email_problem(invitation=invitation, user=request.user)
+    if request.method == "POST" and problem is None:
         try:
             services.invitation_accept(invitation=invitation, user=request.user)
         except ServiceError as e:
@@ -327,7 +337,18 @@ def invitation_accept(request, token: str) -> HttpResponse:
         else:
             messages.success(request, f"Welcome to {invitation.workspace.name}.")
             return redirect("workspace_detail", ws_slug=invitation.workspace.slug)
-    return render(request, "workspaces/invitation_accept.html", {"invitation": invitation})
+    state = services.invitation_address_state(invitation=invitation, user=request.user)
+    context = {
+        "invitation": invitation,
+        "problem": problem,
+        # The workspace and who invited are shown only to the holder of the invited address.
+        "holds_address": state != services.InvitedAddress.ABSENT,
+    }
+    return render(request, "workspaces/invitation_accept.html", context)
+
+
+def _invitation_invalid(request, error: ServiceError) -> HttpResponse:
+    return render(request, "workspaces/invitation_invalid.html", {"error": str(error)}, status=404)
 
 
 # --- projects ---------------------------------------------------------------------------------

@@ -12,14 +12,15 @@ Routes (JSON; errors are {"detail": "..."}, never a traceback):
                  percent-encoded), optional X-Model-Task (needed for an .onnx without metadata).
                  400 bad parameters or image, 401 bad token, 404 model file missing, 413 body
                  too large, 500 the model cannot be loaded or fails to predict.
-Auth: `Authorization: Bearer <INFERENCE_TOKEN>` (settings.INFERENCE_TOKEN).
+Auth: `Authorization: Bearer <token>`, a token minted for this one call by
+deploy.inference.tokens (this server's name, the action, the model; a minute's life), signed
+with the secret web processes and model servers share (settings.INFERENCE_TOKEN).
 
 A plain ASGI app under uvicorn: three routes need no framework, and nothing else is imported
 into a process whose memory belongs to models.
 """
 
 import argparse
-import hmac
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from urllib.parse import parse_qsl, unquote
 from deploy.inference.engine import Engine
 from deploy.inference.formats import response_json
 from deploy.inference.inputs import InferenceError, params_parse
+from deploy.inference.tokens import inference_token_refusal
 
 logger = logging.getLogger("deploy.inference")
 
@@ -52,7 +54,7 @@ class InferenceApp:
     ):
         if not token:
             raise ValueError("The inference server needs a token (INFERENCE_TOKEN).")
-        self.token = token.encode()
+        self.secret = token
         self.name = name
         self.engine_options = engine_options or {}
         self.preload = preload
@@ -105,9 +107,8 @@ class InferenceApp:
         if method != expected:
             return 405, {"detail": f"Use {expected}."}
         headers = _headers(scope)
-        if not self._authorised(headers.get("authorization", "")):
-            return 401, {"detail": "Missing or wrong inference token."}
         if path == "/stats":
+            self._authorise(headers, action="stats")
             return 200, {"name": self.name, "pid": os.getpid(), **self.engine.stats()}
         return 200, await self._predict(scope, receive, headers)
 
@@ -121,10 +122,17 @@ class InferenceApp:
             "device": engine.device if engine else "",
         }
 
-    def _authorised(self, authorization: str) -> bool:
-        scheme, _, credentials = authorization.partition(" ")
-        given = credentials.strip().encode() if scheme.lower() == "bearer" else b""
-        return hmac.compare_digest(given, self.token)
+    def _authorise(self, headers: dict[str, str], *, action: str, **model) -> None:
+        scheme, _, credentials = headers.get("authorization", "").partition(" ")
+        refusal = inference_token_refusal(
+            credentials.strip() if scheme.lower() == "bearer" else "",
+            secret=self.secret,
+            server=self.name,
+            action=action,
+            **model,
+        )
+        if refusal:
+            raise InferenceError(401, refusal)
 
     async def _predict(self, scope, receive, headers: dict[str, str]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -136,6 +144,7 @@ class InferenceApp:
             raise InferenceError(400, "X-Model-Key is required (at most 200 characters).")
         if not raw_path:
             raise InferenceError(400, "X-Model-Path is required.")
+        self._authorise(headers, action="predict", model_key=key, model_path=raw_path)
         path = Path(raw_path)
         name = unquote(headers.get("x-model-name", "")) or path.name
         task = headers.get("x-model-task", "").strip().lower() or None

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -111,7 +111,16 @@ class InferenceServer:
     token: str
     proc: subprocess.Popen
     log: Path
-    headers: dict = field(default_factory=dict)
+    name: str = "shared"
+
+    def auth(self, action: str = "predict", key: str = "", path: str = "") -> dict:
+        """The Authorization header a web process sends this server for one call."""
+        from deploy.inference.tokens import inference_token
+
+        token = inference_token(
+            secret=self.token, server=self.name, action=action, model_key=key, model_path=path
+        )
+        return {"Authorization": f"Bearer {token}"}
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -146,7 +155,7 @@ def inference_server_start(
         token=settings.INFERENCE_TOKEN,
         proc=proc,
         log=log,
-        headers={"Authorization": f"Bearer {settings.INFERENCE_TOKEN}"},
+        name=args[args.index("--name") + 1] if "--name" in args else "shared",
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -34,7 +34,7 @@ def predict(server, model: Path, image: bytes, *, key: str, params=None, headers
         params={**QUERY, **(params or {})},
         content=image,
         headers={
-            **server.headers,
+            **server.auth("predict", key, str(model)),
             "X-Model-Path": str(model),
             "X-Model-Key": key,
             "X-Model-Name": f"{key or 'unnamed'} model",
@@ -46,7 +46,7 @@ def predict(server, model: Path, image: bytes, *, key: str, params=None, headers
 
 
 def stats(server) -> dict:
-    response = httpx.get(f"{server.url}/stats", headers=server.headers, timeout=10)
+    response = httpx.get(f"{server.url}/stats", headers=server.auth("stats"), timeout=10)
     assert response.status_code == 200
     return response.json()
 
@@ -349,7 +349,11 @@ async def _concurrently(server, model: Path, requests: list[tuple[bytes, dict]],
                 f"{server.url}/predict",
                 params={**QUERY, **params},
                 content=image,
-                headers={**server.headers, "X-Model-Path": str(model), "X-Model-Key": key},
+                headers={
+                    **server.auth("predict", key, str(model)),
+                    "X-Model-Path": str(model),
+                    "X-Model-Key": key,
+                },
             )
             for image, params in requests
         ]
@@ -434,7 +438,7 @@ def test_health_answers_while_a_model_predicts(inference_server, confident_yolo_
                     params={**QUERY, "imgsz": "1280", "conf": "0.01"},
                     content=big.getvalue(),
                     headers={
-                        **inference_server.headers,
+                        **inference_server.auth("predict", "busy", str(model)),
                         "X-Model-Path": str(model),
                         "X-Model-Key": "busy",
                     },

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from PIL import Image as PILImage
 
-from deploy.exports import export_execute
+from deploy.exports import export_run
 from deploy.models import ExportState, ModelExport, UsageDay
 from deploy.usage import usage_flush
 from tests.training.factories import trained_model_row
@@ -53,10 +53,9 @@ def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     assert body["metadata"]["imageCount"] == 1 and body["metadata"]["model"] == model.name
 
     # Export to ONNX for real; from then on the server is handed the ONNX file.
-    export = ModelExport.objects.create(
-        workspace=team.workspace, model=model, format="onnx", state=ExportState.RUNNING
-    )
-    export = export_execute(export)
+    export = ModelExport.objects.create(workspace=team.workspace, model=model, format="onnx")
+    export_run(export.pk)  # what the worker does with the message
+    export.refresh_from_db()
     assert export.state == ExportState.SUCCEEDED, export.error
     response = _predict(client, model, conf="0.25", imgsz="320")
     assert response.status_code == 200, response.content
@@ -64,7 +63,7 @@ def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     # The same boxes, up to float differences between runtimes at the threshold's edge.
     assert abs(len(onnx_results) - len(image["results"])) <= max(2, len(image["results"]) // 50)
     assert {r["class"] for r in onnx_results} == {r["class"] for r in image["results"]}
-    stats = httpx.get(f"{inference_server.url}/stats", headers=inference_server.headers).json()
+    stats = httpx.get(f"{inference_server.url}/stats", headers=inference_server.auth("stats")).json()
     assert any(f"{model.pk}:onnx:{export.pk}" == key for key in stats["models"])
 
     # Both calls were counted, after their answers went out: two calls, two images, no errors.

@@ -1,4 +1,5 @@
 import factory
+from allauth.account.models import EmailAddress
 
 from billing.services import plan_default
 from workspaces.models import Membership, Project, Role, User, Workspace
@@ -15,9 +16,14 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.PostGenerationMethodCall("set_password", PASSWORD)
 
     @factory.post_generation
-    def _save(obj, create, extracted, **kwargs):  # noqa: N805
+    def email_verified(obj, create, extracted, **kwargs):  # noqa: N805
+        """Saved with its address confirmed, as after allauth's confirmation mail;
+        `UserFactory(email_verified=False)` for an account that has not confirmed yet."""
         if create:
             obj.save()
+            EmailAddress.objects.create(
+                user=obj, email=obj.email, primary=True, verified=extracted is not False
+            )
 
 
 class WorkspaceFactory(factory.django.DjangoModelFactory):

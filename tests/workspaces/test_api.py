@@ -72,7 +72,7 @@ def test_key_without_scope_gets_403_naming_the_scope(team):
 
 @pytest.mark.django_db
 def test_key_is_capped_by_its_creators_current_role(team):
-    api = _key(team, role="admin", scopes=("read", "write"))
+    api = _key(team, role="admin", scopes=("read", "keys"))
     read_only = _key(team, role="owner", scopes=("read",))
     assert api.get("/api/v1/workspaces/acme/keys").status_code == 200
     Membership.objects.filter(user=team.admin).update(role="editor")
@@ -119,7 +119,7 @@ def test_revoked_key_gets_401(team):
 
 @pytest.mark.django_db
 def test_key_creation_returns_plaintext_once(team):
-    api = _key(team)
+    api = _key(team, scopes=("predict", "keys"))
     created = api.post(
         "/api/v1/workspaces/acme/keys",
         {"name": "bot", "scopes": ["predict"]},
@@ -151,7 +151,7 @@ def test_openapi_docs_are_served_without_a_cdn(client):
 
 @pytest.mark.django_db
 def test_bad_input_is_refused_with_a_reason_never_a_500(team):
-    api = _key(team)
+    api = _key(team, scopes=("read", "write", "members", "keys"))
     url = "/api/v1/workspaces/acme/projects"
     too_long = api.post(url, {"name": "x" * 101}, content_type="application/json")
     assert too_long.status_code == 422

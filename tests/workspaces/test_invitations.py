@@ -56,6 +56,7 @@ def test_anonymous_invitee_is_sent_to_sign_up_then_back(team, client):
     page = client.get(path)
     assert page.status_code == 200
     assert f"/accounts/signup/?next={quote(path)}".encode() in page.content
+    assert f"/accounts/login/?next={quote(path)}".encode() in page.content
     response = client.post(path)
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("account_login"))
@@ -84,6 +85,9 @@ def test_invitation_expires_after_14_days(team, client):
     with pytest.raises(ServiceError, match="expired"):
         invitation_from_token(token)
     page = client.get(reverse("invitation_accept", kwargs={"token": token}))
+    assert b"Sign in to see this invitation" in page.content  # nothing more to a stranger
+    client.force_login(UserFactory(email="new@acme.test"))
+    page = client.get(reverse("invitation_accept", kwargs={"token": token}))
     assert page.status_code == 404
     assert b"expired" in page.content
 
@@ -111,7 +115,7 @@ def test_forged_or_mangled_token_is_refused(team, client):
 def test_invitation_is_bound_to_the_invited_address(team):
     invitation = _invite(team)
     other = UserFactory(email="someone-else@acme.test")
-    with pytest.raises(ServiceError, match="sent to new@acme.test"):
+    with pytest.raises(ServiceError, match="sent to n•••@acme.test"):
         invitation_accept(invitation=invitation, user=other)
     assert not Membership.objects.filter(user=other, workspace=team.workspace).exists()
 
@@ -206,8 +210,8 @@ def test_signup_creates_a_personal_workspace_and_login_uses_email(client, plans)
         {"email": "Fresh@Example.com", "password1": PASSWORD, "password2": PASSWORD},
     )
     assert response.status_code == 302
+    assert response["Location"] == reverse("account_email_verification_sent")
     membership = Membership.objects.select_related("workspace").get(
         user__email__iexact="fresh@example.com"
     )
     assert membership.workspace.is_personal and membership.role == Role.OWNER
-    assert client.get("/").status_code == 302

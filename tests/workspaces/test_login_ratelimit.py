@@ -61,8 +61,7 @@ def two_web_processes(transactional_db):
             [
                 sys.executable,
                 "-m",
-                "uvicorn",
-                "config.asgi:application",
+                "config.web",
                 "--host",
                 "127.0.0.1",
                 "--port",
