@@ -18,6 +18,7 @@ OWNER = "owner@example.com"
 VIEWER = "viewer@example.com"
 PASSWORD = "Kestrel-Falcon-93!wing"
 INVITE_LINK = re.compile(r"https?://[^\s\"'<>]+/invite/[^\s/\"'<>]+/")
+CONFIRM_LINK = re.compile(r"https?://[^\s]+/accounts/confirm-email/[^\s]+/")
 
 
 def click_and_load(page, locator) -> None:
@@ -34,6 +35,15 @@ def sign_up(page, email: str) -> None:
     form.locator("[name=password1]").fill(PASSWORD)
     form.locator("[name=password2]").fill(PASSWORD)
     click_and_load(page, form.locator("button[type=submit]"))
+
+
+def confirm_address(page, email: str, mailoutbox) -> None:
+    """Sign-up's next step: open the link allauth mailed to `email`, then confirm it."""
+    assert page.get_by_role("heading", level=1).inner_text() == "Confirm your email address"
+    mails = [m for m in mailoutbox if m.to == [email] and "/accounts/confirm-email/" in m.body]
+    assert mails, [(m.to, m.subject) for m in mailoutbox]
+    page.goto(CONFIRM_LINK.search(mails[-1].body).group(0))
+    click_and_load(page, page.locator("main form button[type=submit]"))
 
 
 def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
@@ -62,6 +72,8 @@ def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
     assert "/accounts/signup/" in owner.url
     screenshot(owner, "owner-signup-form")
     sign_up(owner, OWNER)
+    screenshot(owner, "owner-confirm-address")
+    confirm_address(owner, OWNER, mailoutbox)
     assert re.search(r"/w/[\w-]+/$", owner.url), owner.url
     personal_url = owner.url
     assert owner.get_by_text("Personal workspace").is_visible()
@@ -114,16 +126,21 @@ def test_owner_invites_viewer_who_joins_and_is_refused_members_page(
     # --- 2. The viewer, in a separate browser context B ---------------------------------------
     viewer = new_page("B:viewer")
     viewer.goto(invite_link)
-    assert viewer.get_by_role("heading", level=1).inner_text() == "Join Acme Vision"
-    assert VIEWER in viewer.locator("main").inner_text()
-    assert "as viewer" in viewer.locator("main").inner_text()
+    # A link alone shows nothing of the team: whoever holds it must sign in first.
+    heading = viewer.get_by_role("heading", level=1).inner_text()
+    assert heading == "Sign in to see this invitation", heading
+    assert "Acme Vision" not in viewer.locator("main").inner_text()
     screenshot(viewer, "viewer-invitation-anonymous")
 
-    click_and_load(viewer, viewer.get_by_role("link", name="Sign up to join"))
+    click_and_load(viewer, viewer.get_by_role("link", name="create an account"))
     assert "/accounts/signup/" in viewer.url and "next=" in viewer.url, viewer.url
     screenshot(viewer, "viewer-signup-form")
     sign_up(viewer, VIEWER)
-    assert viewer.url == invite_link, viewer.url  # allauth honoured ?next=
+    confirm_address(viewer, VIEWER, mailoutbox)
+    assert viewer.url == invite_link, viewer.url  # allauth honoured ?next= through the mail
+    assert viewer.get_by_role("heading", level=1).inner_text() == "Join Acme Vision"
+    assert VIEWER in viewer.locator("main").inner_text()
+    assert "as viewer" in viewer.locator("main").inner_text()
     screenshot(viewer, "viewer-invitation-signed-in")
 
     click_and_load(viewer, viewer.get_by_role("button", name="Accept and join"))
