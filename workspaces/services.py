@@ -313,6 +313,16 @@ def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
     return membership
 
 
+def user_address_confirm(*, user: User) -> None:
+    """Mark the account's own address confirmed: for accounts an operator makes (the seeded
+    superuser), whose address nobody else chose."""
+    EmailAddress.objects.update_or_create(
+        user=user, email__iexact=user.email, defaults={"email": user.email, "verified": True}
+    )
+    if not EmailAddress.objects.filter(user=user, primary=True).exists():
+        EmailAddress.objects.filter(user=user, email__iexact=user.email).update(primary=True)
+
+
 class InvitedAddress(StrEnum):
     """What the signed-in account holds of the address an invitation was sent to."""
 

@@ -7,7 +7,11 @@ from billing.services import plans_seed
 from datasets.services.demo import demo_dataset_seed
 from training.services.catalog import gpu_catalog_seed
 from workspaces.models import Role, User, Workspace
-from workspaces.services import workspace_create_personal, workspace_create_team
+from workspaces.services import (
+    user_address_confirm,
+    workspace_create_personal,
+    workspace_create_team,
+)
 
 ADMIN_EMAIL = "admin@example.com"
 DEMO_TEAM = "Demo Team"
@@ -32,6 +36,7 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Superuser {ADMIN_EMAIL} exists; its password is unchanged.")
+        user_address_confirm(user=admin)  # signs in without a confirmation mail
         workspace_create_personal(user=admin)
         team = Workspace.objects.filter(
             is_personal=False, name=DEMO_TEAM, memberships__user=admin, memberships__role=Role.OWNER
