@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 import redis
 from django.conf import settings
@@ -25,6 +26,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from training import event_schema as schema
+from training.event_schema import EventRefused, event_parse
 from training.metering import meter, metered, refund_platform_failure
 from training.models import (
     ACTIVE_STATES,
@@ -39,6 +42,17 @@ from training.models import (
     WeightsSource,
 )
 from training.providers import ProviderError, provider_for
+from training.run_files import (
+    BEST_WEIGHTS,
+    CHECKPOINTS,
+    MAX_PLOT_BYTES,
+    MAX_RESULTS_CSV_BYTES,
+    MAX_WEIGHTS_BYTES,
+    RESULTS_CSV,
+    RUN_NAME,
+    checkpoints_prune,
+    run_file_open,
+)
 from training.runner import FENCED
 from training.services.arguments import model_yaml_name, pretrained_weights
 from training.services.catalog import local_type_refresh
@@ -104,17 +118,23 @@ def worker_name() -> str:
 
 def storage_put_file(key: str, path: Path) -> None:
     """Store a (possibly large) file at exactly `key`, replacing what was there, streamed."""
+    with open(path, "rb") as f:
+        storage_put_fileobj(key, f)
+
+
+def storage_put_fileobj(key: str, f: BinaryIO) -> None:
+    """Store what `f` holds from where it is at exactly `key`, replacing what was there."""
     if isinstance(default_storage, FileSystemStorage):
         target = Path(default_storage.path(key))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
-        shutil.copyfile(path, tmp)
+        with open(tmp, "wb") as out:
+            shutil.copyfileobj(f, out, 1 << 20)
         os.replace(tmp, target)
         return
     if default_storage.exists(key):
         default_storage.delete(key)
-    with open(path, "rb") as f:
-        default_storage.save(key, f)
+    default_storage.save(key, f)
 
 
 def storage_get_file(key: str, path: Path) -> None:
@@ -172,10 +192,10 @@ def lease_take(job_id: int, worker: str) -> Lease:
 
 @dataclass
 class _Outcome:
-    done: dict | None = None
+    done: schema.Done | None = None
     error: str = ""
     final_metrics: dict = field(default_factory=dict)
-    train_end: dict | None = None
+    train_end: schema.TrainEnd | None = None
 
 
 class Supervisor:
@@ -195,6 +215,15 @@ class Supervisor:
     # -- helpers
     def _workdir(self) -> Path:
         return Path(self.machine.workdir) / "jobs" / str(self.job.pk)
+
+    def _run_file(self, *parts: str, max_bytes: int):
+        """A file of the run folder, opened without following links out of the machine's work
+        folder (training.run_files); the event said only its name."""
+        job_parts = ("jobs", str(self.job.pk), RUN_NAME)
+        return run_file_open(Path(self.machine.workdir), *job_parts, *parts, max_bytes=max_bytes)
+
+    def _checkpoint_parts(self) -> tuple[str, ...]:
+        return ("jobs", str(self.job.pk), f"attempt-{self.attempt.number}", CHECKPOINTS)
 
     def _save_job(self, **fields) -> None:
         for name, value in fields.items():
@@ -280,7 +309,7 @@ class Supervisor:
             "seed": job.seed,
             "device": self.machine.device,
             "project": str(workdir),
-            "name": "run",
+            "name": RUN_NAME,
             "exist_ok": True,
             "verbose": True,
         }
@@ -297,7 +326,7 @@ class Supervisor:
             "stream": stream_key(job.pk),
             "control_key": control_key(job.pk),
             "fence_key": fence_key(job.pk),
-            "checkpoint_dir": str(attempt_dir / "checkpoints"),
+            "checkpoint_dir": str(Path(self.machine.workdir, *self._checkpoint_parts())),
             "workdir": self.machine.workdir,
             "system_sample_seconds": max(1.0, settings.TRAINING_HEARTBEAT_SECONDS / 2),
             "env": ultralytics_env(
@@ -392,24 +421,30 @@ class Supervisor:
                 return
 
     def _handle(self, fields: dict) -> None:
-        """One stream entry: malformed or out-of-order ones are dropped and counted."""
+        """One stream entry, checked against the events' schema (a local trainer writes to the
+        stream directly): malformed, unknown or out-of-order ones are dropped and counted."""
         try:
             attempt = int(fields[b"a"])
             seq = int(fields[b"s"])
             kind = fields[b"t"].decode()
-            data = json.loads(fields[b"d"])
+            raw = fields[b"d"]
         except (KeyError, ValueError, UnicodeDecodeError):
             self._drop()
             return
         if attempt != self.attempt.number:
             return  # an older attempt's late words
-        handler = getattr(self, f"_on_{kind}", None)
-        if handler is None or not isinstance(data, dict) or seq <= self.last_seq:
+        try:
+            event = event_parse(kind, raw)
+        except EventRefused as e:
+            logger.warning("job %s: event %s refused: %s", self.job.pk, seq, e)
+            self._drop()
+            return
+        if seq <= self.last_seq:
             self._drop()
             return
         self.last_seq = seq
         try:
-            handler(data, seq)
+            getattr(self, f"_on_{kind}")(event, seq)
         except (KeyError, TypeError, ValueError, AttributeError, OSError):
             logger.warning("job %s: event %s %s dropped", self.job.pk, kind, seq, exc_info=True)
             self._drop()
@@ -417,90 +452,96 @@ class Supervisor:
     def _drop(self) -> None:
         TrainingJob.objects.filter(pk=self.job.pk).update(dropped_events=F("dropped_events") + 1)
 
-    # -- events
-    def _on_started(self, data: dict, seq: int) -> None:
+    # -- events (each a model of training.event_schema; files are named, never given by path)
+    def _on_started(self, event: schema.Started, seq: int) -> None:
         """The trainer process is up (its pid is on the attempt already)."""
 
-    def _on_train_start(self, data: dict, seq: int) -> None:
+    def _on_train_start(self, event: schema.TrainStart, seq: int) -> None:
         """Ultralytics built the model and the loaders; batches follow."""
 
-    def _on_batch(self, data: dict, seq: int) -> None:
-        self.redis.set(progress_key(self.job.pk), json.dumps(data), ex=PROGRESS_TTL)
-        if data.get("first") and self.job.first_batch_at is None:
+    def _on_batch(self, event: schema.Batch, seq: int) -> None:
+        self.redis.set(progress_key(self.job.pk), event.model_dump_json(), ex=PROGRESS_TTL)
+        if event.first and self.job.first_batch_at is None:
             self._save_job(first_batch_at=timezone.now())
 
-    def _on_epoch(self, data: dict, seq: int) -> None:
-        epoch = int(data["epoch"])
+    def _on_epoch(self, event: schema.Epoch, seq: int) -> None:
         with transaction.atomic():
             EpochMetric.objects.update_or_create(
                 job_id=self.job.pk,
-                epoch=epoch,
+                epoch=event.epoch,
                 defaults={
                     "attempt": self.attempt.number,
-                    "values": data["metrics"],
-                    "seconds": data.get("seconds"),
+                    "values": event.metrics,
+                    "seconds": event.seconds,
                 },
             )
-            self._save_job(epochs_done=epoch, latest_metrics=data["metrics"])
+            self._save_job(epochs_done=event.epoch, latest_metrics=event.metrics)
 
-    def _on_checkpoint(self, data: dict, seq: int) -> None:
-        epoch = int(data["epoch"])
-        storage_put_file(self.job.checkpoint_key, Path(data["last"]))
+    def _on_checkpoint(self, event: schema.Checkpoint, seq: int) -> None:
+        """Store last-<epoch>.pt (and best-<epoch>.pt) from this attempt's own checkpoint
+        folder, then delete the older ones there: never a file anywhere else."""
+        base, folder = Path(self.machine.workdir), self._checkpoint_parts()
+        stored = {f"last-{event.epoch}.pt": self.job.checkpoint_key}
+        if event.best:
+            stored[f"best-{event.epoch}.pt"] = self.job.best_key
+        for name, key in stored.items():
+            with run_file_open(base, *folder, name, max_bytes=MAX_WEIGHTS_BYTES) as f:
+                storage_put_fileobj(key, f)
         artifacts = dict(self.job.artifacts)
-        if data.get("best"):
-            storage_put_file(self.job.best_key, Path(data["best"]))
+        if event.best:
             artifacts["best.pt (training)"] = self.job.best_key
         artifacts["last.pt"] = self.job.checkpoint_key
-        self._save_job(checkpoint_epoch=epoch, artifacts=artifacts)
-        folder = Path(data["last"]).parent
-        for old in folder.glob("*.pt"):  # stored now: keep only this epoch's copies
-            if old.name not in (Path(data["last"]).name, Path(data.get("best") or "").name):
-                old.unlink(missing_ok=True)
+        self._save_job(checkpoint_epoch=event.epoch, artifacts=artifacts)
+        checkpoints_prune(base, *folder, keep=set(stored))  # stored now: keep this epoch's only
 
-    def _on_log(self, data: dict, seq: int) -> None:
+    def _on_log(self, event: schema.Log, seq: int) -> None:
         LogChunk.objects.bulk_create(
             [
                 LogChunk(
                     job_id=self.job.pk,
                     attempt=self.attempt.number,
                     seq=seq,
-                    text="\n".join(data["lines"]),
+                    text="\n".join(event.lines),
                 )
             ],
             ignore_conflicts=True,
         )
 
-    def _on_system(self, data: dict, seq: int) -> None:
+    def _on_system(self, event: schema.System, seq: int) -> None:
+        values = event.model_dump(exclude_none=True)
         SystemSample.objects.bulk_create(
-            [SystemSample(job_id=self.job.pk, attempt=self.attempt.number, seq=seq, values=data)],
+            [SystemSample(job_id=self.job.pk, attempt=self.attempt.number, seq=seq, values=values)],
             ignore_conflicts=True,
         )
 
-    def _on_final(self, data: dict, seq: int) -> None:
-        self.outcome.final_metrics = data["metrics"]
-        self._save_job(final_metrics=data["metrics"])
+    def _on_final(self, event: schema.Final, seq: int) -> None:
+        self.outcome.final_metrics = event.metrics
+        self._save_job(final_metrics=event.metrics)
 
-    def _on_train_end(self, data: dict, seq: int) -> None:
-        self.outcome.train_end = data
+    def _on_train_end(self, event: schema.TrainEnd, seq: int) -> None:
+        """The results, and the run folder's plots and results.csv by name; a name that is not
+        a plain file of the run folder (missing, a link, too big) is skipped."""
+        self.outcome.train_end = event
         artifacts = dict(self.job.artifacts)
-        for plot in data.get("plots", []):
-            path = Path(plot)
-            key = f"training/jobs/{self.job.pk}/plots/{path.name}"
-            storage_put_file(key, path)
-            artifacts[path.name] = key
-        results = Path(data.get("results_csv") or "")
-        if results.is_file():
-            key = f"training/jobs/{self.job.pk}/results.csv"
-            storage_put_file(key, results)
-            artifacts["results.csv"] = key
-        results = _results(data.get("results") or {}, self.job.task)
+        wanted = [(name, f"plots/{name}", MAX_PLOT_BYTES) for name in event.plots]
+        wanted.append((RESULTS_CSV, RESULTS_CSV, MAX_RESULTS_CSV_BYTES))
+        for name, key, max_bytes in wanted:
+            key = f"training/jobs/{self.job.pk}/{key}"
+            try:
+                with self._run_file(name, max_bytes=max_bytes) as f:
+                    storage_put_fileobj(key, f)
+            except OSError as e:
+                logger.warning("job %s: %s not collected: %s", self.job.pk, name, e)
+                continue
+            artifacts[name] = key
+        results = _results(event.results.model_dump(), self.job.task)
         self._save_job(artifacts=artifacts, results=results)
 
-    def _on_done(self, data: dict, seq: int) -> None:
-        self.outcome.done = data
+    def _on_done(self, event: schema.Done, seq: int) -> None:
+        self.outcome.done = event
 
-    def _on_error(self, data: dict, seq: int) -> None:
-        self.outcome.error = data["message"]
+    def _on_error(self, event: schema.Error, seq: int) -> None:
+        self.outcome.error = event.message
 
     # -- endings
     def _end_attempt(self, reason: str, message: str = "") -> None:
@@ -538,7 +579,7 @@ class Supervisor:
             self._remove_workdir()
             return
         if code == 0 and self.outcome.done is not None:
-            self._succeed(stopped=bool(self.outcome.done.get("stopped")))
+            self._succeed(stopped=self.outcome.done.stopped)
             return
         if code == 1 and self.outcome.error:
             self._fail(_readable_error(self.outcome.error))
@@ -559,15 +600,18 @@ class Supervisor:
         self._cleanup()
 
     def _succeed(self, *, stopped: bool) -> None:
-        end = self.outcome.train_end or {}
-        best = Path(end["best"]) if end.get("best") else None
+        end = self.outcome.train_end
         with transaction.atomic():
             job = job_locked(self.job.pk)
             if job.lease_owner != self.worker:
                 return
             model = None
-            if best is not None and best.is_file():
-                model = _model_create(job, best, end.get("names") or [], self.outcome.final_metrics)
+            if end is not None and end.best:
+                try:
+                    with self._run_file(*BEST_WEIGHTS, max_bytes=MAX_WEIGHTS_BYTES) as best:
+                        model = _model_create(job, best, end.names, self.outcome.final_metrics)
+                except OSError as e:
+                    logger.warning("job %s: weights/best.pt not taken: %s", self.job.pk, e)
             state = JobState.STOPPED if stopped else JobState.SUCCEEDED
             error = "" if model else "Stopped before the first epoch."
             if stopped and job.error:  # why it was stopped (credits, budget) stays on the job
@@ -624,7 +668,7 @@ def _readable_error(message: str) -> str:
     return message
 
 
-def _model_create(job: TrainingJob, best: Path, names: list, metrics: dict) -> TrainedModel:
+def _model_create(job: TrainingJob, best: BinaryIO, names: list, metrics: dict) -> TrainedModel:
     """The job's model from its final best.pt. A stopped job resumed to the end keeps its one
     model row, now with the final weights."""
     import hashlib
@@ -653,14 +697,16 @@ def _model_create(job: TrainingJob, best: Path, names: list, metrics: dict) -> T
     }
     model, _ = TrainedModel.objects.update_or_create(job=job, defaults=fields)
     digest = hashlib.sha256()
-    with best.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
+    size = 0
+    while block := best.read(1 << 20):
+        digest.update(block)
+        size += len(block)
+    best.seek(0)
     model.weights_sha256 = digest.hexdigest()
     # Content-addressed key: a deployment of the earlier weights keeps reading those bytes.
     model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
-    model.weights_size = best.stat().st_size
-    storage_put_file(model.weights_key, best)
+    model.weights_size = size
+    storage_put_fileobj(model.weights_key, best)
     model.save(update_fields=["weights_key", "weights_size", "weights_sha256"])
     return model
 

@@ -1,28 +1,27 @@
 """Where trainers that cannot reach Redis (a cloud provider's machines) send their events:
 `POST /api/v1/trainer/jobs/<id>/events` with the attempt's bearer token (no session, so no CSRF
-either). The events go into the same stream the supervising task reads; the answer tells the
-trainer about stop requests and fencing."""
+either). Bodies are checked against the events' schema (training.event_schema) before anything
+of them is kept; a refused body is counted on the job. The events go into the same stream the
+supervising task reads; the answer tells the trainer about stop requests and fencing."""
 
 import hashlib
 import hmac
-import json
 
 import redis
 from django.conf import settings
+from django.db.models import F
 from django.http import HttpRequest, JsonResponse
 from ninja import Router
 
-from training.models import FINAL_STATES, TrainingJob
+from training.event_schema import MAX_BODY_BYTES, EventRefused, events_body_parse
+from training.models import FINAL_STATES, TrainingAttempt, TrainingJob
 from training.runner import STREAM_MAXLEN
 from training.supervisor import control_key, stream_key, training_redis
 
-KINDS = {"started", "train_start", "batch", "epoch", "checkpoint", "log", "system", "final"}
-KINDS |= {"train_end", "done", "error"}
-MAX_EVENTS = 1000
-
 
 def events_token(job_id: int, attempt: int) -> str:
-    """The bearer token of one attempt of one job: useless for any other."""
+    """The bearer token of one attempt of one job, for sending its events and nothing else:
+    useless for any other job or attempt, and dead once that attempt has ended."""
     message = f"kestrel-trainer-events:{job_id}:{attempt}".encode()
     mac = hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()
     return f"{attempt}.{mac}"
@@ -32,22 +31,19 @@ def _refuse(status: int, detail: str, **extra) -> JsonResponse:
     return JsonResponse({"detail": detail, **extra}, status=status)
 
 
-def _parse(body: bytes) -> list[dict] | None:
-    try:
-        events = json.loads(body).get("events")
-    except (ValueError, AttributeError):
+def _token_attempt(job_id: int, token: str) -> int | None:
+    """The attempt number a genuine token of this job names, or None."""
+    number = token.partition(".")[0]
+    if not (number.isdigit() and len(number) <= 9):
         return None
-    if not isinstance(events, list) or len(events) > MAX_EVENTS:
-        return None
-    for event in events:
-        if not (
-            isinstance(event, dict)
-            and isinstance(event.get("s"), int)
-            and event.get("t") in KINDS
-            and isinstance(event.get("d"), dict)
-        ):
-            return None
-    return events
+    return int(number) if hmac.compare_digest(token, events_token(job_id, int(number))) else None
+
+
+def _body(request: HttpRequest) -> bytes:
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:  # refused before it is read
+        raise EventRefused(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    return request.body
 
 
 router = Router(tags=["trainer"])
@@ -57,31 +53,37 @@ router = Router(tags=["trainer"])
 @router.post("/trainer/jobs/{job_id}/events", auth=None, include_in_schema=False)
 def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
     token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    attempt_text = token.partition(".")[0]
-    if not attempt_text.isdigit() or not hmac.compare_digest(
-        token, events_token(job_id, int(attempt_text))
-    ):
+    number = _token_attempt(job_id, token)
+    if number is None:
         return _refuse(403, "This token is not this job's.")
-    job = TrainingJob.objects.filter(pk=job_id).values("state", "attempts").first()
-    if job is None:
-        return _refuse(404, "There is no such job.")
-    if job["state"] in FINAL_STATES:
+    attempt = (
+        TrainingAttempt.objects.filter(job_id=job_id, number=number)
+        .values("ended_at", "job__state", "job__attempts")
+        .first()
+    )
+    if attempt is None or attempt["job__state"] in FINAL_STATES:
         return _refuse(410, "The job has ended.")
-    if int(attempt_text) != job["attempts"]:
-        return _refuse(409, "Another attempt owns this job now.", attempt=job["attempts"])
-    events = _parse(request.body)
-    if events is None:
-        return _refuse(400, 'Send {"events": [{"s": seq, "t": kind, "d": {...}}, ...]}.')
+    if number != attempt["job__attempts"]:
+        return _refuse(409, "Another attempt owns this job now.", attempt=attempt["job__attempts"])
+    if attempt["ended_at"] is not None:
+        return _refuse(410, "This attempt has ended.")
+    try:
+        events = events_body_parse(_body(request))
+    except EventRefused as e:
+        # Counted where the job page shows the trainer's malformed messages; nothing of the
+        # body reaches the stream.
+        TrainingJob.objects.filter(pk=job_id).update(dropped_events=F("dropped_events") + 1)
+        return _refuse(400, f"Events refused: {e}.")
     try:
         client = training_redis()
         pipe = client.pipeline()
-        for event in events:
+        for seq, kind, data in events:
             fields = {
                 "j": str(job_id),
-                "a": attempt_text,
-                "s": str(event["s"]),
-                "t": event["t"],
-                "d": json.dumps(event["d"]),
+                "a": str(number),
+                "s": str(seq),
+                "t": kind,
+                "d": data.model_dump_json(),
             }
             pipe.xadd(stream_key(job_id), fields, maxlen=STREAM_MAXLEN, approximate=True)
         pipe.get(control_key(job_id))
@@ -91,7 +93,7 @@ def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
     return JsonResponse(
         {
             "accepted": len(events),
-            "attempt": job["attempts"],
+            "attempt": attempt["job__attempts"],
             "control": control.decode() if control else None,
         }
     )

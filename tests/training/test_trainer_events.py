@@ -5,10 +5,18 @@ import json
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from tests.training.conftest import wait_state
 from tests.training.test_engine import submit
-from training.models import EpochMetric, JobState, TrainedModel, TrainingJob
+from training.models import (
+    AttemptEnd,
+    EpochMetric,
+    JobState,
+    TrainedModel,
+    TrainingAttempt,
+    TrainingJob,
+)
 from training.supervisor import control_key, stream_key, training_redis
 from training.trainer_events import events_token
 
@@ -28,6 +36,11 @@ def post(client, job_id, token, events):
 def running(team, project, detect_version, gpu_local):
     job = submit(team, project, detect_version, gpu_local)
     TrainingJob.objects.filter(pk=job.pk).update(state=JobState.RUNNING, attempts=2)
+    # The first attempt was lost; the second runs now.
+    TrainingAttempt.objects.create(
+        job=job, number=1, worker="w:1:a", ended_at=timezone.now(), end_reason=AttemptEnd.LOST
+    )
+    TrainingAttempt.objects.create(job=job, number=2, worker="w:1:b")
     training_redis().delete(stream_key(job.pk), control_key(job.pk))
     return job
 
