@@ -27,8 +27,12 @@ from bench.common import demo_setup, training_env, training_worker  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+# Opens checkpoints through the same restricted loader as Kestrel's trainer (its environment
+# forces it, and Ultralytics' final evaluation loads best.pt).
 PLAIN = """
 import json, sys, time
+from training.weights_check import checkpoint_loading_restrict
+checkpoint_loading_restrict()
 from ultralytics import YOLO
 args = json.loads(sys.argv[1]); out = sys.argv[2]
 first = []
@@ -97,7 +101,7 @@ def main() -> None:
             }
             start = time.time()
             subprocess.run(
-                [sys.executable, "-c", PLAIN, json.dumps(plain_args), str(out)],
+                [sys.executable, "-c", PLAIN, json.dumps(plain_args), str(out)], cwd=ROOT,
                 env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             plain = json.loads(out.read_text())

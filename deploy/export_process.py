@@ -27,10 +27,11 @@ class WorkerAnswer:
 
 
 def _worker_env() -> dict[str, str]:
-    from annotation.assist.predict import _ultralytics_env
+    """Offline, no installs, checkpoints only through the restricted unpickler (the worker
+    sets that up itself; this process never imports torch)."""
+    from training.ultralytics_env import ultralytics_process_env
 
-    _ultralytics_env()  # offline, no installs: set in this process, inherited by the worker
-    return {**os.environ, "YOLO_VERBOSE": "True", "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, **ultralytics_process_env(), "PYTHONUNBUFFERED": "1"}
 
 
 def worker_run(

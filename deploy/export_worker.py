@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from training.weights_check import UnsafeWeights, weights_check
+from training.weights_check import UnsafeWeights, checkpoint_loading_restrict, weights_check
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -48,9 +48,10 @@ def _protocol_stream() -> TextIO:
 
 
 def _load(weights: Path, reporter: Reporter):
-    """The YOLO model in `weights`, after its pickle was found harmless."""
+    """The YOLO model in `weights`, opened only through torch's restricted unpickler."""
     reporter.progress(5, "Checking what the weights file would run when loaded")
-    weights_check(weights)  # before anything unpickles it
+    checkpoint_loading_restrict()  # before Ultralytics is imported
+    weights_check(weights)  # names what a refused file needs
     reporter.progress(15, "Loading the model")
     from ultralytics import YOLO
 

@@ -1,109 +1,156 @@
-"""Read a .pt file's pickle without running it, and refuse one that could do harm when loaded.
+"""Opening a .pt: only through torch's restricted unpickler, given an explicit list of classes.
 
-A PyTorch checkpoint is a zip whose data.pkl names the classes and functions unpickling will
-call. A YOLO checkpoint only ever names layers (torch.nn, ultralytics.nn), tensor rebuilders,
-storages and a few containers; a hostile file names os.system, builtins.eval, a downloader or an
-installer. Every name is checked against an allowlist before torch.load sees the file. Used in
-the trainer process only, before Ultralytics loads weights there.
+A checkpoint's pickle names what unpickling will call. The full unpickler (what Ultralytics'
+loader asks for, `weights_only=False`) calls anything a file names, so a weights upload is code.
+torch's restricted unpickler (`weights_only=True`) calls only its own tensor rebuilders and the
+globals a process adds with `torch.serialization.add_safe_globals`. Kestrel adds exactly the
+classes that real checkpoints hold (CHECKPOINT_CLASSES) and forces that unpickler for every
+torch.load in the process with TORCH_FORCE_WEIGHTS_ONLY_LOAD, which torch honours even where a
+caller passes weights_only=False: Ultralytics' loaders, its trainer's resume, `strip_optimizer`,
+final evaluation, exporter and SAM builder all go through it unchanged.
+
+`checkpoint_loading_restrict()` sets that up; every process that opens a .pt calls it before
+anything else (the trainer, the export and inspection worker, the model server, labelling
+assist). `weights_check(path)` is the fast pre-check that names what a refused file needs.
 """
 
+import importlib
+import os
 import pickletools
+import sys
 import zipfile
 from pathlib import Path
 
 MAX_PICKLE_BYTES = 256 * 1024 * 1024
 
-# Modules whose every name may appear (classes of layers and containers).
-_ALLOWED_MODULE_PREFIXES = (
-    "torch.nn.modules.",
-    "ultralytics.nn.",
+# The classes real checkpoints hold, read from them with
+# torch.serialization.get_unsafe_globals_in_checkpoint: every task (detect, segment, classify,
+# pose, obb) of every family Kestrel trains (YOLO26, YOLO11, YOLOv8), last.pt with its
+# optimizer and the stripped best.pt (tests/training/test_checkpoint_loading.py trains them
+# all and checks that each still loads). Classes only, named as a pickle names them
+# (`__module__.__qualname__`); never a module, never a function. Not every nn.Module is
+# harmless: AutoBackend opens files in its constructor, TorchVision downloads, the text models
+# of World/YOLOE download and load TorchScript. A class Ultralytics adds later is refused, with
+# its name, until it is added here.
+CHECKPOINT_CLASSES: tuple[str, ...] = (
+    # torch layers and containers
+    "torch.nn.modules.activation.SiLU",
+    "torch.nn.modules.activation.Tanh",
+    "torch.nn.modules.batchnorm.BatchNorm2d",
+    "torch.nn.modules.container.ModuleList",
+    "torch.nn.modules.container.Sequential",
+    "torch.nn.modules.conv.Conv2d",
+    "torch.nn.modules.conv.ConvTranspose2d",
+    "torch.nn.modules.dropout.Dropout",
+    "torch.nn.modules.linear.Identity",
+    "torch.nn.modules.linear.Linear",
+    "torch.nn.modules.pooling.AdaptiveAvgPool2d",
+    "torch.nn.modules.pooling.MaxPool2d",
+    "torch.nn.modules.upsampling.Upsample",
+    # Ultralytics layers
+    "ultralytics.nn.modules.block.Attention",
+    "ultralytics.nn.modules.block.Bottleneck",
+    "ultralytics.nn.modules.block.C2PSA",
+    "ultralytics.nn.modules.block.C2f",
+    "ultralytics.nn.modules.block.C3k",
+    "ultralytics.nn.modules.block.C3k2",
+    "ultralytics.nn.modules.block.DFL",
+    "ultralytics.nn.modules.block.PSABlock",
+    "ultralytics.nn.modules.block.Proto",
+    "ultralytics.nn.modules.block.Proto26",
+    "ultralytics.nn.modules.block.RealNVP",
+    "ultralytics.nn.modules.block.SPPF",
+    "ultralytics.nn.modules.conv.Concat",
+    "ultralytics.nn.modules.conv.Conv",
+    "ultralytics.nn.modules.conv.DWConv",
+    "ultralytics.nn.modules.head.Classify",
+    "ultralytics.nn.modules.head.Detect",
+    "ultralytics.nn.modules.head.OBB",
+    "ultralytics.nn.modules.head.OBB26",
+    "ultralytics.nn.modules.head.Pose",
+    "ultralytics.nn.modules.head.Pose26",
+    "ultralytics.nn.modules.head.Segment",
+    "ultralytics.nn.modules.head.Segment26",
+    # Ultralytics models, one per task
+    "ultralytics.nn.tasks.ClassificationModel",
+    "ultralytics.nn.tasks.DetectionModel",
+    "ultralytics.nn.tasks.OBBModel",
+    "ultralytics.nn.tasks.PoseModel",
+    "ultralytics.nn.tasks.SegmentationModel",
+    # Data: the training arguments of last.pt, and a classifier's preprocessing
+    "ultralytics.utils.IterableSimpleNamespace",
+    "torchvision.transforms.functional.InterpolationMode",
+    "torchvision.transforms.transforms.CenterCrop",
+    "torchvision.transforms.transforms.Compose",
+    "torchvision.transforms.transforms.Normalize",
+    "torchvision.transforms.transforms.Resize",
+    "torchvision.transforms.transforms.ToTensor",
 )
-# Exact (module, name) pairs.
-_ALLOWED_NAMES = {
-    "torch._utils": {"_rebuild_tensor_v2", "_rebuild_parameter", "_rebuild_parameter_with_state"},
-    "torch._tensor": {"_rebuild_from_type_v2"},
-    "torch.nn.parameter": {"Parameter"},
-    "torch.serialization": {"_get_layout"},
-    "torch": {
-        "Size",
-        "device",
-        "dtype",
-        "FloatStorage",
-        "HalfStorage",
-        "BFloat16Storage",
-        "DoubleStorage",
-        "LongStorage",
-        "IntStorage",
-        "ShortStorage",
-        "CharStorage",
-        "ByteStorage",
-        "BoolStorage",
-        "float32",
-        "float16",
-        "bfloat16",
-        "float64",
-        "int64",
-        "int32",
-        "int16",
-        "int8",
-        "uint8",
-        "bool",
-        "strided",
-        "contiguous_format",
-        "channels_last",
-        "preserve_format",
-    },
-    # A classifier keeps its preprocessing (torchvision's plain transform classes) with it.
-    "torchvision.transforms.functional": {"InterpolationMode"},
-    "torchvision.transforms.transforms": {
-        "CenterCrop",
-        "Compose",
-        "Normalize",
-        "Resize",
-        "ToTensor",
-    },
-    "collections": {"OrderedDict", "defaultdict"},
-    "builtins": {"set", "frozenset", "slice", "complex", "range", "bytearray", "object"},
-    "__builtin__": {"set", "frozenset", "slice", "complex", "range", "bytearray", "object"},
-    "_codecs": {"encode"},
-    "copyreg": {"_reconstructor"},
-    "numpy": {"dtype", "ndarray", "float64", "float32", "int64"},
-    "numpy.core.multiarray": {"scalar", "_reconstruct"},
-    "numpy._core.multiarray": {"scalar", "_reconstruct"},
-    "numpy.dtypes": {"Float64DType", "Float32DType", "Int64DType", "Int32DType", "BoolDType"},
-    "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"},
-    "datetime": {"datetime", "date", "timedelta", "timezone"},
-    "argparse": {"Namespace"},
-    "types": {"SimpleNamespace"},
-    "ultralytics.utils": {"IterableSimpleNamespace"},
-}
-_STRING_OPS = {
-    "SHORT_BINUNICODE",
-    "BINUNICODE",
-    "BINUNICODE8",
-    "UNICODE",
-    "SHORT_BINSTRING",
-    "BINSTRING",
-    "STRING",
-}
+# No numpy: none of those checkpoints needs a numpy scalar or array (best_fitness is a float).
+
+# How these two pickle themselves: by calling the class (an enum by value, a namespace with no
+# arguments). Every other class above is only ever restored from saved state (NEWOBJ, then
+# BUILD: __new__ and a __dict__ update, no constructor); calling one runs its constructor on
+# arguments the file chooses (a model class evaluates the recipe it is given).
+_CALLED_WHEN_UNPICKLED = frozenset(
+    {
+        "ultralytics.utils.IterableSimpleNamespace",
+        "torchvision.transforms.functional.InterpolationMode",
+    }
+)
+
+# Set before Ultralytics is imported (it reads ULTRALYTICS_SAFE_LOAD once): Ultralytics then
+# rebuilds a model from its recipe (model.yaml, which a checkpoint carries and the trainer
+# rebuilds from) without eval(), taking only layer classes and literal arguments.
+RESTRICTED_LOADING_ENV = {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "ULTRALYTICS_SAFE_LOAD": "1"}
 
 
 class UnsafeWeights(Exception):
     """The file is not a checkpoint Kestrel will load; the message says why."""
 
 
-def _allowed(module: str, name: str) -> bool:
-    if module.startswith(_ALLOWED_MODULE_PREFIXES):
-        return not name.startswith("_") or name in ("__reduce__",)
-    return name in _ALLOWED_NAMES.get(module, ())
+def checkpoint_classes() -> list[type]:
+    """CHECKPOINT_CLASSES, imported; each must be a class that pickles under its listed name."""
+    classes = []
+    for dotted in CHECKPOINT_CLASSES:
+        module, _, name = dotted.rpartition(".")
+        found = getattr(importlib.import_module(module), name)
+        if not isinstance(found, type) or f"{found.__module__}.{found.__qualname__}" != dotted:
+            raise RuntimeError(f"{dotted} is not a class of that name in this Ultralytics")
+        classes.append(found)
+    return classes
+
+
+_restricted = False
+
+
+def checkpoint_loading_restrict() -> None:
+    """From now on, every torch.load of this process uses the restricted unpickler with
+    CHECKPOINT_CLASSES, and Ultralytics builds models from recipes without eval()."""
+    global _restricted
+    os.environ.update(RESTRICTED_LOADING_ENV)
+    # Both set makes torch refuse every load; the opposite switch is never Kestrel's wish.
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    # Ultralytics reads its switch at import: a process that imported it before this call
+    # (a test session, a shell) gets the same switch set where Ultralytics reads it.
+    for module in ("ultralytics.utils", "ultralytics.nn.tasks"):
+        if module in sys.modules:
+            sys.modules[module].SAFE_LOAD = True
+    if _restricted:
+        return
+    import torch
+
+    torch.serialization.add_safe_globals(checkpoint_classes())
+    _restricted = True
 
 
 def pickle_globals(data: bytes) -> set[tuple[str, str]]:
-    """Every (module, name) a pickle would import, read from its opcodes, never executed.
+    """Every (module, name) a pickle of any protocol would import, read from its opcodes,
+    never executed; only to say what a pickle torch's loader cannot read would have called.
 
     STACK_GLOBAL takes its two names from the stack; they must come straight from the two ops
-    before it (string literals or memo reads of strings), as every real checkpoint writes
-    them. Names built any other way cannot be read, and the file is refused.
+    before it (string literals or memo reads of strings). Names built any other way cannot be
+    read, and the file is refused.
     """
     found: set[tuple[str, str]] = set()
     recent: list[str | None] = []  # what the last ops pushed: a string, or None for anything else
@@ -111,7 +158,9 @@ def pickle_globals(data: bytes) -> set[tuple[str, str]]:
     try:
         for op, arg, _ in pickletools.genops(data):
             name = op.name
-            if name in _STRING_OPS:
+            if name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
+                recent.append(str(arg))
+            elif name in ("SHORT_BINSTRING", "BINSTRING", "STRING"):
                 recent.append(str(arg))
             elif name == "MEMOIZE":
                 memo[len(memo)] = recent[-1] if recent else None
@@ -139,23 +188,174 @@ def pickle_globals(data: bytes) -> set[tuple[str, str]]:
     return found
 
 
+def _torch_name(module: str, name: str) -> str:
+    """A GLOBAL's name as torch's unpickler resolves it (Python 2 names mapped, with torch's
+    own tables)."""
+    from torch._utils import IMPORT_MAPPING, NAME_MAPPING
+
+    if (module, name) in NAME_MAPPING:
+        module, name = NAME_MAPPING[(module, name)]
+    elif module in IMPORT_MAPPING:
+        module = IMPORT_MAPPING[module]
+    return f"{module}.{name}"
+
+
+def _pickle_walk(data: bytes, filename: str) -> tuple[set[str], str]:
+    """Every global a pickle names, and why it misuses one of Kestrel's classes ("" if not):
+    calling one (REDUCE) or holding one as a bare value, instead of restoring objects of it
+    from saved state (NEWOBJ).
+
+    torch's restricted unpickler would allow both for any class it was given. This follows
+    the stack exactly as that unpickler does, over the opcodes it reads (it refuses any
+    other): GLOBAL pushes a name, everything else a value, MARK opens a new stack.
+    """
+    restored_only = set(CHECKPOINT_CLASSES) - _CALLED_WHEN_UNPICKLED
+    names: set[str] = set()
+    misuse: list[str] = []
+    stack: list = []
+    metastack: list[list] = []
+    memo: dict[int, object] = {}
+
+    def pop():
+        item = stack.pop()
+        if isinstance(item, str) and item in restored_only:
+            misuse.append(
+                f"{filename} holds the class {item} itself rather than an object of it, for "
+                "something to call later; a checkpoint only restores saved objects"
+            )
+        return item
+
+    def pop_mark() -> None:
+        nonlocal stack
+        while stack:
+            pop()
+        stack = metastack.pop()
+
+    values = {"NONE", "NEWTRUE", "NEWFALSE", "BININT", "BININT1", "BININT2", "BINFLOAT"}
+    values |= {"BINUNICODE", "SHORT_BINSTRING", "LONG1", "EMPTY_TUPLE", "EMPTY_LIST"}
+    values |= {"EMPTY_DICT", "EMPTY_SET"}
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            name = op.name
+            if name == "GLOBAL":
+                stack.append(_torch_name(*str(arg).split(" ", 1)))
+                names.add(stack[-1])
+            elif name in values:
+                stack.append(None)
+            elif name == "NEWOBJ":
+                pop()  # the arguments
+                stack.pop()  # the class: restored from state, its constructor never runs
+                stack.append(None)
+            elif name == "REDUCE":
+                pop()
+                func = stack.pop()
+                if isinstance(func, str) and func in restored_only:
+                    misuse.append(
+                        f"{filename} would run the constructor of {func} with arguments of "
+                        "its own when loaded; a checkpoint only restores saved layers"
+                    )
+                stack.append(None)
+            elif name in ("BUILD", "APPEND", "BINPERSID"):
+                pop()
+                if name == "BINPERSID":
+                    stack.append(None)
+                elif not stack:
+                    raise IndexError(name)
+            elif name == "SETITEM":
+                pop()
+                pop()
+                if not stack:
+                    raise IndexError(name)
+            elif name in ("APPENDS", "SETITEMS"):
+                pop_mark()
+            elif name == "MARK":
+                metastack.append(stack)
+                stack = []
+            elif name == "TUPLE":
+                pop_mark()
+                stack.append(None)
+            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+                for _ in range(int(name[-1])):
+                    pop()
+                stack.append(None)
+            elif name in ("BINGET", "LONG_BINGET"):
+                stack.append(memo[int(arg)])
+            elif name in ("BINPUT", "LONG_BINPUT"):
+                memo[int(arg)] = stack[-1]
+            elif name == "STOP":
+                pop()
+            elif name != "PROTO":
+                raise ValueError(name)  # torch's unpickler reads no other opcode
+    except Exception as e:  # noqa: BLE001 - torch's unpickler fails on the same streams
+        raise UnsafeWeights(f"{filename}: its pickle is damaged ({type(e).__name__})") from None
+    return names, misuse[0] if misuse else ""
+
+
+def _pickle_read(path: Path) -> bytes:
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        pickles = [i for i in zf.infolist() if i.filename.rpartition("/")[2] == "data.pkl"]
+        if len(pickles) != 1 or len(set(names)) != len(names):
+            raise UnsafeWeights(f"{path.name} is not laid out as torch.save writes a checkpoint")
+        if pickles[0].file_size > MAX_PICKLE_BYTES:
+            raise UnsafeWeights(f"{path.name}: its pickle is too large")
+        return zf.read(pickles[0])
+
+
+def _named(names) -> str:
+    names = sorted(names)
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def weights_check(path: Path) -> None:
-    """Raise UnsafeWeights unless `path` is a zip checkpoint that names only allowed things."""
+    """Raise UnsafeWeights, naming what is forbidden, unless `path` is a torch.save checkpoint
+    whose pickle names only torch's own tensor rebuilders and CHECKPOINT_CLASSES, and restores
+    objects of those classes without calling them. Sets up restricted loading on the way."""
     path = Path(path)
     if not zipfile.is_zipfile(path):
         raise UnsafeWeights(
             f"{path.name} is not a PyTorch checkpoint (a .pt saved by torch.save is a zip file)"
         )
-    with zipfile.ZipFile(path) as zf:
-        pickles = [i for i in zf.infolist() if i.filename.endswith(".pkl")]
-        if not pickles:
-            raise UnsafeWeights(f"{path.name} holds no pickled model")
-        for info in pickles:
-            if info.file_size > MAX_PICKLE_BYTES:
-                raise UnsafeWeights(f"{path.name}: its pickle is too large")
-            for module, name in sorted(pickle_globals(zf.read(info))):
-                if not _allowed(module, name):
-                    raise UnsafeWeights(
-                        f"{path.name} would call {module}.{name} when loaded, which a YOLO "
-                        "model never does; it was not loaded"
-                    )
+    checkpoint_loading_restrict()
+    import pickle
+
+    import torch
+
+    data = _pickle_read(path)
+    try:
+        # torch's own reading of the file: the names its unpickler would refuse.
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except ValueError as e:  # not a torch.save zip, or a TorchScript archive
+        raise UnsafeWeights(f"{path.name}: {e}") from None
+    except (pickle.UnpicklingError, EOFError, RuntimeError):
+        # Not a pickle torch's unpickler reads (another protocol, or garbage): say what it
+        # would have called, if it names anything.
+        named = {_torch_name(m, n) for m, n in pickle_globals(data)} - set(CHECKPOINT_CLASSES)
+        if named:
+            raise UnsafeWeights(
+                f"{path.name} would call {_named(named)} when loaded, which a YOLO checkpoint "
+                "never does (nor is its pickle one torch.save writes); it was not loaded"
+            ) from None
+        raise UnsafeWeights(
+            f"{path.name}: its pickle is damaged or not one torch.save writes; it was not loaded"
+        ) from None
+    names, misuse = _pickle_walk(data, path.name)
+    # torch adds globals of its own when some of its modules are imported (the exceptions of
+    # torch.distributed, DTensor, nested tensors): no YOLO checkpoint holds them, and whether
+    # a file passes must not depend on what this process happened to import.
+    others = {_dotted(entry) for entry in torch.serialization.get_safe_globals()}
+    forbidden = set(unsafe) | (names & (others - set(CHECKPOINT_CLASSES)))
+    if forbidden:
+        raise UnsafeWeights(
+            f"{path.name} would call {_named(forbidden)} when loaded, which a YOLO "
+            "checkpoint never does; it was not loaded"
+        )
+    if misuse:
+        raise UnsafeWeights(misuse)
+
+
+def _dotted(entry) -> str:
+    """A safe-globals entry (a class, or a (class, name) pair) by the name a pickle gives it."""
+    if isinstance(entry, tuple):
+        return entry[1]
+    return f"{entry.__module__}.{entry.__qualname__}"

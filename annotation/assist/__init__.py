@@ -3,8 +3,8 @@ trained model's suggestions for images, and the overlap test that hides a sugges
 already has a label for.
 
 Pure functions over image files and normalised coordinates, as `datasets.models.Label` stores
-them; no database. Every weights file passes `training.weights_check` before anything unpickles
-it (weights are user uploads), Ultralytics never reaches the network, and it is imported only
+them; no database. Weights are user uploads: they open only through torch's restricted unpickler
+(`training.weights_check`), Ultralytics never reaches the network, and it is imported only
 when a model is first needed, so a web process does not pay for it at startup. Each function
 returns a whole answer or raises AssistError, whose message is for the user.
 """

@@ -1,6 +1,7 @@
 """A trained YOLO model's suggestions for images, and how unsure it was about each image; and
-loading YOLO and SAM weights: checked before anything unpickles them, Ultralytics kept offline
-and imported only when a model is first needed, the last few models kept loaded."""
+loading YOLO and SAM weights: only through torch's restricted unpickler, after a check that
+names what a refused file needs, Ultralytics kept offline and imported only when a model is
+first needed, the last few models kept loaded."""
 
 import os
 import threading
@@ -13,7 +14,7 @@ import numpy as np
 
 from annotation.assist.errors import AssistError
 from annotation.assist.geometry import _image_read, _normalised, _outline, _simplify
-from training.weights_check import UnsafeWeights, weights_check
+from training.weights_check import UnsafeWeights, checkpoint_loading_restrict, weights_check
 
 PREDICT_BATCH = 16
 # A segment model keeps a full-size mask per candidate until its batch is converted.
@@ -54,19 +55,16 @@ _models_lock = threading.Lock()
 
 def _ultralytics_env() -> None:
     """Before Ultralytics is first imported: its settings and fonts in Kestrel's training
-    folder (unless YOLO_CONFIG_DIR says otherwise), no downloads or installs, no chatter."""
+    folder (unless YOLO_CONFIG_DIR says otherwise), no downloads or installs, no chatter, and
+    checkpoints opened only through torch's restricted unpickler."""
     global _env_ready
     if _env_ready:
         return
-    from django.conf import settings
+    from training.ultralytics_env import ultralytics_process_env
 
-    from training.ultralytics_env import ultralytics_env
-
-    config_dir = (
-        os.environ.get("YOLO_CONFIG_DIR") or Path(settings.TRAINING_DIR) / "ultralytics-config"
-    )
-    os.environ.update(ultralytics_env(Path(config_dir), offline=True))
+    os.environ.update(ultralytics_process_env())
     os.environ["YOLO_VERBOSE"] = "False"
+    checkpoint_loading_restrict()
     _env_ready = True
 
 
@@ -86,11 +84,11 @@ def _model_load(weights_path: str | Path, kind: str) -> tuple[Any, threading.Loc
         if key in _models:
             _models.move_to_end(key)
             return _models[key]
+    _ultralytics_env()
     try:
-        weights_check(path)  # before anything unpickles it
+        weights_check(path)  # names what a refused file needs
     except UnsafeWeights as e:
         raise AssistError(f"The weights file was refused: {e}.") from None
-    _ultralytics_env()
     try:
         if kind == "sam":
             from ultralytics import SAM

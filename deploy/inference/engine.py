@@ -45,19 +45,21 @@ def device_default() -> str:
 def _ultralytics_import() -> None:
     from annotation.assist.predict import _ultralytics_env
 
-    _ultralytics_env()  # offline, quiet, before Ultralytics is first imported
+    _ultralytics_env()  # offline, quiet, restricted loading, before Ultralytics is imported
     import ultralytics  # noqa: F401
 
 
 def model_load(path: Path, task: str | None, device: str) -> tuple[Any, str]:
-    """A YOLO model from a local .pt (after the pickle allowlist check) or .onnx file, warmed
-    up, and the device it predicts on; InferenceError(500) with a reason when it cannot be."""
+    """A YOLO model from a local .pt (opened only through torch's restricted unpickler) or
+    .onnx file, warmed up, and the device it predicts on; InferenceError(500) with a reason
+    when it cannot be."""
     from training.weights_check import UnsafeWeights, weights_check
 
+    _ultralytics_import()  # restricted loading first, for every .pt this process opens
     suffix = path.suffix.lower()
     if suffix == ".pt":
         try:
-            weights_check(path)  # before anything unpickles it
+            weights_check(path)  # names what a refused file needs
         except UnsafeWeights as e:
             raise InferenceError(500, f"The weights file was refused: {e}.") from None
     elif importlib.util.find_spec("onnxruntime") is None:
@@ -69,7 +71,6 @@ def model_load(path: Path, task: str | None, device: str) -> tuple[Any, str]:
 
         if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             device = "cpu"
-    _ultralytics_import()
     from ultralytics import YOLO
 
     try:

@@ -61,11 +61,17 @@ def test_the_pickle_reader_sees_every_import_without_running_it(tmp_path):
     import collections
     import pickle
 
+    from annotation.assist import _ultralytics_env
+
+    _ultralytics_env()  # the check imports Ultralytics' classes: offline, restricted
     found = pickle_globals(pickle.dumps(collections.OrderedDict(a=1), protocol=4))
     assert ("collections", "OrderedDict") in found
     path = tmp_path / "evil.pt"
-    path.write_bytes(_zip(pickle.dumps(print, protocol=2)))
-    with pytest.raises(UnsafeWeights, match=r"builtin__\.print"):
+    path.write_bytes(_zip(pickle.dumps(print, protocol=2)))  # named as torch reads it
+    with pytest.raises(UnsafeWeights, match=r"would call builtins\.print when loaded"):
+        weights_check(path)
+    path.write_bytes(_zip(pickle.dumps(print, protocol=4)))  # a pickle torch cannot read
+    with pytest.raises(UnsafeWeights, match=r"would call builtins\.print when loaded"):
         weights_check(path)
 
 
