@@ -107,11 +107,25 @@ def model_local_path(model: TrainedModel, key: str | None = None) -> Path:
     key = key or model.weights_key
     if isinstance(default_storage, FileSystemStorage):
         return Path(default_storage.path(key))
-    folder = Path(settings.TRAINING_DIR) / "model-cache"
-    digest = hashlib.sha256(f"{key}:{model.weights_sha256}".encode()).hexdigest()[:16]
-    target = folder / f"{model.pk}-{digest}{Path(key).suffix}"
+    target = _model_cache_path(model, key)
     if not target.exists():
-        tmp = folder / f".{target.name}.{uuid.uuid4().hex}"
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}"
         storage_get_file(key, tmp)
         os.replace(tmp, target)
     return target
+
+
+def _model_cache_path(model: TrainedModel, key: str) -> Path:
+    folder = Path(settings.TRAINING_DIR) / "model-cache"
+    digest = hashlib.sha256(f"{key}:{model.weights_sha256}".encode()).hexdigest()[:16]
+    return folder / f"{model.pk}-{digest}{Path(key).suffix}"
+
+
+def model_weights_delete(*, model: TrainedModel) -> None:
+    """Delete a model's weights from storage and from this machine's cache of them: an upload
+    that failed inspection is kept by nobody, so no later request can point anything at it."""
+    if not model.weights_key:
+        return
+    default_storage.delete(model.weights_key)
+    if not isinstance(default_storage, FileSystemStorage):
+        _model_cache_path(model, model.weights_key).unlink(missing_ok=True)
