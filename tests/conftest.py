@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
 
 from billing.services import plans_seed
+from tests.servers import subprocess_database_url
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from workspaces.models import Role, User, Workspace
 from workspaces.selectors import workspace_access_for_user
@@ -70,7 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def celery_worker_process(transactional_db):
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+        "DATABASE_URL": subprocess_database_url(),
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
     }
     # This run's own queue (no other worker takes its tasks), plus the default queue that

@@ -13,6 +13,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def subprocess_database_url() -> str:
+    """The current test database as a DATABASE_URL, for processes a test starts (servers,
+    workers): PostgreSQL's test database, or the SQLite file the quick start's engine uses."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(db['NAME']).resolve()}"
+    return f"postgres://postgres@127.0.0.1:5432/{db['NAME']}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -23,12 +34,11 @@ def free_port() -> int:
 def app_server(**env_extra: str) -> Iterator[str]:
     """Start uvicorn on this test's database and storage; yield its base URL; stop it."""
     from django.conf import settings
-    from django.db import connection
 
     port = free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+        "DATABASE_URL": subprocess_database_url(),
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
         "MEDIA_ROOT": str(settings.MEDIA_ROOT),
         "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,

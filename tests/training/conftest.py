@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from datasets.services.datasets import dataset_create
 from datasets.services.ingest import dataset_import_path
 from datasets.services.versions import version_create
+from tests.servers import subprocess_database_url
 from training.models import GpuType, TrainingJob
 from training.services.catalog import gpu_catalog_seed
 from workspaces.models import Project
@@ -76,7 +76,7 @@ class Workers:
         self.procs: list[subprocess.Popen] = []
         self.env = {
             **os.environ,
-            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+            "DATABASE_URL": subprocess_database_url(),
             "DJANGO_SETTINGS_MODULE": "config.test_settings",
         }
 

@@ -11,9 +11,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
-from tests.servers import free_port
+from tests.servers import free_port, subprocess_database_url
 from tests.workspaces.factories import PASSWORD, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,10 +45,9 @@ def _login(port: int, email: str, password: str) -> str:
 
 @pytest.fixture
 def two_web_processes(transactional_db):
-    name = connection.settings_dict["NAME"]
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}",
+        "DATABASE_URL": subprocess_database_url(),
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
         "ALLOWED_HOSTS": f"{HOST},127.0.0.1",
         # Only the per-account limit: every attempt here comes from 127.0.0.1.
