@@ -18,7 +18,17 @@ import time
 import traceback
 from pathlib import Path
 
-from training.weights_check import UnsafeWeights, weights_check
+from training.event_schema import (
+    MAX_BODY_BYTES,
+    MAX_CLASSES,
+    MAX_EVENTS,
+    MAX_LOG_LINES,
+    MAX_MATRIX_CLASSES,
+    PLOT_NAME_RE,
+    EventRefused,
+    event_dumps,
+)
+from training.weights_check import UnsafeWeights, checkpoint_loading_restrict, weights_check
 
 FENCED = 75
 BATCH_EVENTS_PER_SECOND = 4
@@ -70,14 +80,11 @@ class Events:
         return str(self._seq)
 
     def emit(self, kind: str, data: dict) -> None:
+        raw = _checked(kind, data)
+        if raw is None:
+            return
         with self._lock:
-            fields = {
-                "j": self.job,
-                "a": self.attempt,
-                "s": self._next(),
-                "t": kind,
-                "d": json.dumps(data, default=str),
-            }
+            fields = {"j": self.job, "a": self.attempt, "s": self._next(), "t": kind, "d": raw}
             try:
                 self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
             except Exception as e:  # noqa: BLE001 - training goes on without its events
@@ -119,10 +126,11 @@ class HttpEvents(Events):
         self._thread.start()
 
     def emit(self, kind: str, data: dict) -> None:
+        raw = _checked(kind, data)
+        if raw is None:
+            return
         with self._lock:
-            self._pending.append(
-                {"s": int(self._next()), "t": kind, "d": json.loads(json.dumps(data, default=str))}
-            )
+            self._pending.append({"s": int(self._next()), "t": kind, "d": json.loads(raw)})
             if len(self._pending) > 5000:  # Kestrel unreachable for long: keep the newest
                 del self._pending[:1000]
         if kind in self.URGENT:
@@ -133,36 +141,50 @@ class HttpEvents(Events):
             self._flush(tries=1)
 
     def _flush(self, *, tries: int) -> None:
+        with self._send_lock:
+            while True:
+                with self._lock:
+                    batch = _first_batch(self._pending)
+                if not batch or not self._send(batch, tries=tries):
+                    return
+
+    def _send(self, batch: list[dict], *, tries: int) -> bool:
+        """POST one batch; True once it is off the pending list (taken, or refused as
+        malformed: resending it would be refused again)."""
         import urllib.request
 
-        with self._send_lock:
-            with self._lock:
-                batch = list(self._pending)
-            for attempt in range(tries):
-                request = urllib.request.Request(  # noqa: S310 - Kestrel's own URL from the spec
-                    self.url,
-                    data=json.dumps({"events": batch}).encode(),
-                    headers={
-                        "Authorization": f"Bearer {self.token}",
-                        "Content-Type": "application/json",
-                    },
-                    method="POST",
-                )
-                try:
-                    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-                        answer = json.loads(response.read() or b"{}")
-                except Exception as e:  # noqa: BLE001 - retried; training goes on meanwhile
-                    if getattr(e, "code", None) in (409, 410):  # another attempt, or job ended
-                        self._fence = "other"
-                        return
+        for attempt in range(tries):
+            request = urllib.request.Request(  # noqa: S310 - Kestrel's own URL from the spec
+                self.url,
+                data=json.dumps({"events": batch}).encode(),
+                headers={
+                    "Authorization": f"Bearer {self.token}",
+                    "Content-Type": "application/json",
+                },
+                method="POST",
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+                    answer = json.loads(response.read() or b"{}")
+            except Exception as e:  # noqa: BLE001 - retried; training goes on meanwhile
+                code = getattr(e, "code", None)
+                if code in (409, 410):  # another attempt, or the job or attempt ended
+                    self._fence = "other"
+                    return False
+                if code == 400:
+                    sys.__stderr__.write(f"kestrel: {len(batch)} events refused: {_detail(e)}\n")
+                    answer = {}
+                else:
                     sys.__stderr__.write(f"kestrel: events not sent ({e}); retrying\n")
                     time.sleep(min(2**attempt, 5))
                     continue
-                with self._lock:
-                    del self._pending[: len(batch)]
+            with self._lock:
+                del self._pending[: len(batch)]
+            if answer:
                 self._fence = str(answer.get("attempt") or self.attempt)
                 self._control = answer.get("control")
-                return
+            return True
+        return False
 
     def control(self) -> tuple[str | None, str | None]:
         return self._fence, self._control
@@ -170,6 +192,33 @@ class HttpEvents(Events):
     def close(self) -> None:
         self._stop.set()
         self._flush(tries=5)
+
+
+def _checked(kind: str, data: dict) -> str | None:
+    """The event as JSON if Kestrel will take it (the same schema it checks on arrival)."""
+    try:
+        return event_dumps(kind, data)
+    except EventRefused as e:
+        sys.__stderr__.write(f"kestrel: event {kind} not sent, outside the schema: {e}\n")
+        return None
+
+
+def _first_batch(pending: list[dict]) -> list[dict]:
+    """The oldest pending events that fit in one request."""
+    batch, size = [], 100
+    for event in pending[:MAX_EVENTS]:
+        size += len(json.dumps(event)) + 2
+        if batch and size > MAX_BODY_BYTES:
+            break
+        batch.append(event)
+    return batch
+
+
+def _detail(error) -> str:
+    try:
+        return json.loads(error.read()).get("detail", "")
+    except Exception:  # noqa: BLE001 - only for the log line
+        return str(error)
 
 
 def events_for(spec: dict) -> Events:
@@ -206,8 +255,9 @@ class LogTee:
         with self._lock:
             lines, self._lines = self._lines, []
             self._last_flush = time.monotonic()
-        if lines:
-            self.events.emit("log", {"lines": [ln[:2000] for ln in lines]})
+        for start in range(0, len(lines), MAX_LOG_LINES):
+            chunk = lines[start : start + MAX_LOG_LINES]
+            self.events.emit("log", {"lines": [ln[:2000] for ln in chunk]})
 
     def isatty(self) -> bool:
         return False
@@ -326,8 +376,7 @@ class Callbacks:
                 "epochs": trainer.epochs,
                 "start_epoch": trainer.start_epoch,
                 "batches": len(trainer.train_loader),
-                "device": str(trainer.device),
-                "save_dir": str(trainer.save_dir),
+                "device": str(trainer.device)[:200],
             },
         )
 
@@ -372,11 +421,8 @@ class Callbacks:
             _copy_atomic(Path(trainer.best), best)
         # Sent after the epoch's metrics (on_fit_epoch_end): a checkpoint never gets ahead of
         # the metrics stored for it, so a resume never skips an epoch's row.
-        self.pending_checkpoint = {
-            "epoch": epoch,
-            "last": str(last),
-            "best": str(best) if best else None,
-        }
+        # Named by epoch: the supervisor finds the files itself in the checkpoint folder.
+        self.pending_checkpoint = {"epoch": epoch, "best": best is not None}
 
     def on_fit_epoch_end(self, trainer) -> None:
         if self.in_epoch:
@@ -402,16 +448,16 @@ class Callbacks:
 
     def on_train_end(self, trainer) -> None:
         _join_plotting_threads()  # Ultralytics draws validation images on threads of its own
-        save_dir = Path(trainer.save_dir)
-        plots = [*save_dir.glob("*.png"), *save_dir.glob("val_batch*.jpg")]
+        # Files by name only: the supervisor reads them from the run folder it set up.
+        plots = sorted(
+            p.name for p in Path(trainer.save_dir).iterdir() if PLOT_NAME_RE.match(p.name)
+        )
         self.events.emit(
             "train_end",
             {
-                "save_dir": str(save_dir),
-                "best": str(trainer.best) if Path(trainer.best).exists() else None,
+                "best": Path(trainer.best).exists(),
                 "names": [str(n) for n in (trainer.data or {}).get("names", {}).values()],
-                "plots": sorted(str(p) for p in plots),
-                "results_csv": str(save_dir / "results.csv"),
+                "plots": plots[:100],
                 "results": _final_results(trainer),
             },
         )
@@ -433,14 +479,19 @@ def _final_results(trainer) -> dict:
     try:
         rows = metrics.summary() if metrics is not None else []
         out["per_class"] = [
-            {str(k): (v if isinstance(v, str) else _number(v)) for k, v in row.items()}
-            for row in rows
+            {str(k): (v[:200] if isinstance(v, str) else _number(v)) for k, v in row.items()}
+            for row in rows[:MAX_CLASSES]
         ]
     except Exception as e:  # noqa: BLE001 - results are a nicety; the run has succeeded
         sys.__stderr__.write(f"kestrel: no per-class summary: {e}\n")
     matrix = getattr(validator, "confusion_matrix", None)
     try:
-        if matrix is not None and getattr(matrix, "matrix", None) is not None:
+        # Past a few hundred classes the matrix is not drawn (nor sent: it grows as n²).
+        if (
+            matrix is not None
+            and getattr(matrix, "matrix", None) is not None
+            and len(matrix.matrix) <= MAX_MATRIX_CLASSES
+        ):
             names = [str(n) for n in matrix.names.values()]
             if matrix.task != "classify":
                 names.append("background")
@@ -466,10 +517,13 @@ def run(spec: dict) -> int:
     sampler.start()
     callbacks = None
     try:
-        events.emit("started", {"pid": os.getpid(), "resume": spec.get("resume")})
+        events.emit("started", {"pid": os.getpid(), "resumed": bool(spec.get("resume"))})
+        # Before Ultralytics is imported: every torch.load of this process (Ultralytics' resume,
+        # strip_optimizer and final evaluation included) uses the restricted unpickler.
+        checkpoint_loading_restrict()
         for weights in (spec.get("resume"), spec.get("model")):
             if weights and str(weights).endswith(".pt") and Path(weights).is_file():
-                weights_check(Path(weights))  # before anything unpickles it
+                weights_check(Path(weights))  # names what a refused file needs
         from ultralytics import YOLO
 
         if spec.get("resume"):
