@@ -88,6 +88,14 @@ CHECKPOINT_CLASSES: tuple[str, ...] = (
 )
 # No numpy: none of those checkpoints needs a numpy scalar or array (best_fitness is a float).
 
+# One name that is not a class. Published weights of older Ultralytics releases (YOLOv8 and
+# YOLO11 segment, pose, obb and classify) hold a head's method as an attribute, which a pickle
+# writes as `builtins.getattr(Detect, "forward")`. In a checkpoint it stands for
+# _checkpoint_getattr: a listed layer class's forward, or a member of a listed enum, and
+# nothing else (no other name, no module, nothing that loads, imports, opens or evaluates).
+CHECKPOINT_GETATTR = "builtins.getattr"
+_HELD_METHODS = frozenset({"forward", "forward_fuse"})
+
 # How these two pickle themselves: by calling the class (an enum by value, a namespace with no
 # arguments). Every other class above is only ever restored from saved state (NEWOBJ, then
 # BUILD: __new__ and a __dict__ update, no constructor); calling one runs its constructor on
@@ -109,8 +117,33 @@ class UnsafeWeights(Exception):
     """The file is not a checkpoint Kestrel will load; the message says why."""
 
 
+def _checkpoint_getattr(obj, name: str):
+    """`builtins.getattr` as a checkpoint may use it (see CHECKPOINT_GETATTR)."""
+    import enum
+    import inspect
+    import pickle
+    import types
+
+    if isinstance(obj, type) and obj in checkpoint_classes():
+        if issubclass(obj, enum.Enum) and name in obj.__members__:
+            return obj.__members__[name]
+        # Only the methods those heads hold: a layer's forward is what it computes anyway.
+        value = inspect.getattr_static(obj, name, None) if name in _HELD_METHODS else None
+        if isinstance(value, types.FunctionType):  # defined in Python, runs no descriptor
+            return value
+    raise pickle.UnpicklingError(
+        f"getattr({getattr(obj, '__qualname__', type(obj).__name__)}, {name!r}) is not something "
+        "a YOLO checkpoint holds"
+    )
+
+
+_classes: list[type] = []
+
+
 def checkpoint_classes() -> list[type]:
     """CHECKPOINT_CLASSES, imported; each must be a class that pickles under its listed name."""
+    if _classes:
+        return _classes
     classes = []
     for dotted in CHECKPOINT_CLASSES:
         module, _, name = dotted.rpartition(".")
@@ -118,7 +151,8 @@ def checkpoint_classes() -> list[type]:
         if not isinstance(found, type) or f"{found.__module__}.{found.__qualname__}" != dotted:
             raise RuntimeError(f"{dotted} is not a class of that name in this Ultralytics")
         classes.append(found)
-    return classes
+    _classes[:] = classes
+    return _classes
 
 
 _restricted = False
@@ -140,7 +174,9 @@ def checkpoint_loading_restrict() -> None:
         return
     import torch
 
-    torch.serialization.add_safe_globals(checkpoint_classes())
+    torch.serialization.add_safe_globals(
+        [*checkpoint_classes(), (_checkpoint_getattr, CHECKPOINT_GETATTR)]
+    )
     _restricted = True
 
 
@@ -216,13 +252,19 @@ def _pickle_walk(data: bytes, filename: str) -> tuple[set[str], str]:
     metastack: list[list] = []
     memo: dict[int, object] = {}
 
-    def pop():
-        item = stack.pop()
+    def flag(item) -> None:
         if isinstance(item, str) and item in restored_only:
             misuse.append(
                 f"{filename} holds the class {item} itself rather than an object of it, for "
                 "something to call later; a checkpoint only restores saved objects"
             )
+        elif isinstance(item, _Items):
+            for inner in item:
+                flag(inner)
+
+    def pop():
+        item = stack.pop()
+        flag(item)
         return item
 
     def pop_mark() -> None:
@@ -232,8 +274,8 @@ def _pickle_walk(data: bytes, filename: str) -> tuple[set[str], str]:
         stack = metastack.pop()
 
     values = {"NONE", "NEWTRUE", "NEWFALSE", "BININT", "BININT1", "BININT2", "BINFLOAT"}
-    values |= {"BINUNICODE", "SHORT_BINSTRING", "LONG1", "EMPTY_TUPLE", "EMPTY_LIST"}
-    values |= {"EMPTY_DICT", "EMPTY_SET"}
+    values |= {"LONG1", "EMPTY_TUPLE", "EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET"}
+    texts = {"BINUNICODE", "SHORT_BINSTRING"}
     try:
         for op, arg, _ in pickletools.genops(data):
             name = op.name
@@ -242,17 +284,40 @@ def _pickle_walk(data: bytes, filename: str) -> tuple[set[str], str]:
                 names.add(stack[-1])
             elif name in values:
                 stack.append(None)
+            elif name in texts:
+                stack.append(_Text(str(arg)))
             elif name == "NEWOBJ":
                 pop()  # the arguments
                 stack.pop()  # the class: restored from state, its constructor never runs
                 stack.append(None)
             elif name == "REDUCE":
-                pop()
+                args = stack.pop()
                 func = stack.pop()
+                # getattr(<a listed class>, "<name>"), see CHECKPOINT_GETATTR: the class is
+                # named there, not held
+                held_method = (
+                    isinstance(args, _Items)
+                    and len(args) == 2
+                    and args[0] in CHECKPOINT_CLASSES
+                    and isinstance(args[1], _Text)
+                    and _getattr_allowed(args[0], args[1].value)
+                )
+                if func == CHECKPOINT_GETATTR and not held_method:
+                    misuse.append(
+                        f"{filename} would call {CHECKPOINT_GETATTR} on something other than a "
+                        "listed layer class and a name, which a YOLO checkpoint never does"
+                    )
+                if not (func == CHECKPOINT_GETATTR and held_method):
+                    flag(args)
                 if isinstance(func, str) and func in restored_only:
                     misuse.append(
                         f"{filename} would run the constructor of {func} with arguments of "
                         "its own when loaded; a checkpoint only restores saved layers"
+                    )
+                if not isinstance(func, str):
+                    misuse.append(
+                        f"{filename} would call something it built itself when loaded; a "
+                        "checkpoint calls only torch's rebuilders"
                     )
                 stack.append(None)
             elif name in ("BUILD", "APPEND", "BINPERSID"):
@@ -272,12 +337,16 @@ def _pickle_walk(data: bytes, filename: str) -> tuple[set[str], str]:
                 metastack.append(stack)
                 stack = []
             elif name == "TUPLE":
-                pop_mark()
-                stack.append(None)
+                items = _Items(stack)
+                stack = metastack.pop()
+                stack.append(items)
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-                for _ in range(int(name[-1])):
-                    pop()
-                stack.append(None)
+                count = int(name[-1])
+                if len(stack) < count:
+                    raise IndexError(name)
+                items = _Items(stack[-count:])
+                del stack[-count:]
+                stack.append(items)
             elif name in ("BINGET", "LONG_BINGET"):
                 stack.append(memo[int(arg)])
             elif name in ("BINPUT", "LONG_BINPUT"):
@@ -289,6 +358,31 @@ def _pickle_walk(data: bytes, filename: str) -> tuple[set[str], str]:
     except Exception as e:  # noqa: BLE001 - torch's unpickler fails on the same streams
         raise UnsafeWeights(f"{filename}: its pickle is damaged ({type(e).__name__})") from None
     return names, misuse[0] if misuse else ""
+
+
+class _Text:
+    """A string value on the walk's stack (a GLOBAL's name is a plain str there)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str):
+        self.value = value
+
+
+def _getattr_allowed(dotted: str, name: str) -> bool:
+    import pickle
+
+    cls = dict(zip(CHECKPOINT_CLASSES, checkpoint_classes(), strict=True))[dotted]
+    try:
+        _checkpoint_getattr(cls, name)
+    except pickle.UnpicklingError:
+        return False
+    return True
+
+
+class _Items(list):
+    """A tuple the walk has built: what it holds is judged when it is used (as getattr's
+    arguments, a class may be named in it)."""
 
 
 def _pickle_read(path: Path) -> bytes:
@@ -344,7 +438,7 @@ def weights_check(path: Path) -> None:
     # torch.distributed, DTensor, nested tensors): no YOLO checkpoint holds them, and whether
     # a file passes must not depend on what this process happened to import.
     others = {_dotted(entry) for entry in torch.serialization.get_safe_globals()}
-    forbidden = set(unsafe) | (names & (others - set(CHECKPOINT_CLASSES)))
+    forbidden = set(unsafe) | (names & (others - {*CHECKPOINT_CLASSES, CHECKPOINT_GETATTR}))
     if forbidden:
         raise UnsafeWeights(
             f"{path.name} would call {_named(forbidden)} when loaded, which a YOLO "

@@ -462,3 +462,74 @@ def test_the_list_holds_classes_only_and_none_that_loads(ultralytics_ready):
     ):
         assert dangerous not in names
     assert not any(name.startswith("ultralytics.nn.text_model") for name in names)
+
+
+# ---------------------------------------------------------------- published weights' getattr
+
+
+def test_published_weights_holding_a_heads_forward_still_load(tmp_path, ultralytics_ready):
+    """Heads of older Ultralytics releases (the published YOLOv8/YOLO11 segment, pose, obb and
+    classify weights) hold `Detect.forward` as an attribute: pickled as
+    builtins.getattr(Detect, "forward"). Such a file passes and loads, and predicts."""
+    import torch
+    from ultralytics import YOLO
+    from ultralytics.nn.modules.head import Detect
+
+    from training.weights_check import pickle_globals, weights_check
+
+    model = YOLO("yolo11n-seg.yaml").model
+    model.model[-1].detect = Detect.forward
+    path = tmp_path / "published-like.pt"
+    torch.save({"model": model.half(), "train_args": {}, "epoch": -1}, path)
+    with zipfile.ZipFile(path) as zf:
+        pickled = zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
+    assert ("__builtin__", "getattr") in pickle_globals(pickled)  # protocol 2, as published
+    weights_check(path)
+    loaded = YOLO(str(path))
+    assert loaded.model.model[-1].detect is Detect.forward
+    assert loaded.predict(str(IMAGE), imgsz=64, verbose=False)
+
+
+GETATTR = "builtins.getattr"
+HEAD = "ultralytics.nn.modules.head.Detect"
+
+
+@pytest.mark.parametrize(
+    ("what", "body"),
+    [
+        ("a private name", _call(_global(GETATTR), _global(HEAD), _text("__init__"))),
+        (
+            "another method",
+            _call(_global(GETATTR), _global("ultralytics.nn.tasks.DetectionModel"), _text("load")),
+        ),  # noqa: E501
+        (
+            "an unlisted class",
+            _call(
+                _global(GETATTR),
+                _global("ultralytics.nn.autobackend.AutoBackend"),
+                _text("forward"),
+            ),
+        ),  # noqa: E501
+        ("not a class", _call(_global(GETATTR), _text("os"), _text("system"))),
+        (
+            "calling what it got",
+            _call(_call(_global(GETATTR), _global(HEAD), _text("forward")), _text("x")),
+        ),  # noqa: E501
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_getattr_in_a_checkpoint_reaches_nothing_but_a_listed_layers_forward(
+    what, body, tmp_path, ultralytics_ready
+):
+    import pickle
+
+    import torch
+
+    from training.weights_check import UnsafeWeights, weights_check
+
+    path = checkpoint_write(tmp_path / "getattr.pt", _dict({"model": body}))
+    with pytest.raises(UnsafeWeights):
+        weights_check(path)
+    # torch's restricted unpickler, with Kestrel's list and getattr, refuses it by itself.
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
