@@ -85,8 +85,14 @@ CHECKPOINT_CLASSES: tuple[str, ...] = (
     "torchvision.transforms.transforms.Normalize",
     "torchvision.transforms.transforms.Resize",
     "torchvision.transforms.transforms.ToTensor",
+    # Checkpoints saved by older Ultralytics releases (published weights among them) keep
+    # figures such as best_fitness as numpy scalars: a dtype, and NUMPY_SCALAR below.
+    "numpy.dtype",
 )
-# No numpy: none of those checkpoints needs a numpy scalar or array (best_fitness is a float).
+# A numpy scalar pickles as a call of this function with its dtype and bytes; it builds the
+# number and does nothing else. Kestrel's own checkpoints hold none (best_fitness is a float).
+NUMPY_SCALAR = ("numpy._core.multiarray.scalar", "numpy.core.multiarray.scalar")
+NUMPY_DTYPE_KINDS = ("f8", "f4", "f2", "i8", "i4", "u1", "?")  # the numbers a figure may be
 
 # One name that is not a class. Published weights of older Ultralytics releases (YOLOv8 and
 # YOLO11 segment, pose, obb and classify) hold a head's method as an attribute, which a pickle
@@ -104,6 +110,7 @@ _CALLED_WHEN_UNPICKLED = frozenset(
     {
         "ultralytics.utils.IterableSimpleNamespace",
         "torchvision.transforms.functional.InterpolationMode",
+        "numpy.dtype",
     }
 )
 
@@ -172,10 +179,18 @@ def checkpoint_loading_restrict() -> None:
             sys.modules[module].SAFE_LOAD = True
     if _restricted:
         return
+    import numpy
     import torch
 
+    scalar = numpy.float64(0).__reduce__()[0]  # numpy's own name for it moved in numpy 2
     torch.serialization.add_safe_globals(
-        [*checkpoint_classes(), (_checkpoint_getattr, CHECKPOINT_GETATTR)]
+        [
+            *checkpoint_classes(),
+            (_checkpoint_getattr, CHECKPOINT_GETATTR),
+            *((scalar, name) for name in NUMPY_SCALAR),
+            # What numpy.dtype(...) builds: torch restores its state only for allowed types.
+            *(type(numpy.dtype(kind)) for kind in NUMPY_DTYPE_KINDS),
+        ]
     )
     _restricted = True
 
@@ -438,7 +453,8 @@ def weights_check(path: Path) -> None:
     # torch.distributed, DTensor, nested tensors): no YOLO checkpoint holds them, and whether
     # a file passes must not depend on what this process happened to import.
     others = {_dotted(entry) for entry in torch.serialization.get_safe_globals()}
-    forbidden = set(unsafe) | (names & (others - {*CHECKPOINT_CLASSES, CHECKPOINT_GETATTR}))
+    ours = {*CHECKPOINT_CLASSES, CHECKPOINT_GETATTR, *NUMPY_SCALAR}
+    forbidden = set(unsafe) | (names & (others - ours))
     if forbidden:
         raise UnsafeWeights(
             f"{path.name} would call {_named(forbidden)} when loaded, which a YOLO "

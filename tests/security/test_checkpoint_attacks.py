@@ -533,3 +533,20 @@ def test_getattr_in_a_checkpoint_reaches_nothing_but_a_listed_layers_forward(
     # torch's restricted unpickler, with Kestrel's list and getattr, refuses it by itself.
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path, weights_only=True)
+
+
+def test_checkpoints_keeping_numpy_figures_still_load(tmp_path, ultralytics_ready):
+    """Older releases saved best_fitness and metrics as numpy scalars: a dtype and numpy's
+    scalar builder, which builds the number and nothing else."""
+    import numpy
+    import torch
+    from ultralytics import YOLO
+
+    from training.weights_check import weights_check
+
+    path = tmp_path / "numpy-figures.pt"
+    model = YOLO("yolo11n.yaml").model.half()
+    torch.save({"model": model, "best_fitness": numpy.float64(0.5), "epoch": -1}, path)
+    weights_check(path)
+    assert torch.load(path, weights_only=True)["best_fitness"] == 0.5
+    assert YOLO(str(path)).predict(str(IMAGE), imgsz=64, verbose=False)
