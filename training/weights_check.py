@@ -85,12 +85,12 @@ CHECKPOINT_CLASSES: tuple[str, ...] = (
     "torchvision.transforms.transforms.Normalize",
     "torchvision.transforms.transforms.Resize",
     "torchvision.transforms.transforms.ToTensor",
-    # Checkpoints saved by older Ultralytics releases (published weights among them) keep
-    # figures such as best_fitness as numpy scalars: a dtype, and NUMPY_SCALAR below.
-    "numpy.dtype",
 )
-# A numpy scalar pickles as a call of this function with its dtype and bytes; it builds the
-# number and does nothing else. Kestrel's own checkpoints hold none (best_fitness is a float).
+# Checkpoints saved by older Ultralytics releases (published weights among them), not by
+# Kestrel's, keep figures such as best_fitness as numpy scalars: numpy.dtype(...) called, then
+# numpy's scalar builder with that dtype and the number's bytes. Both build the number and do
+# nothing else.
+NUMPY_DTYPE = "numpy.dtype"
 NUMPY_SCALAR = ("numpy._core.multiarray.scalar", "numpy.core.multiarray.scalar")
 NUMPY_DTYPE_KINDS = ("f8", "f4", "f2", "i8", "i4", "u1", "?")  # the numbers a figure may be
 
@@ -110,7 +110,6 @@ _CALLED_WHEN_UNPICKLED = frozenset(
     {
         "ultralytics.utils.IterableSimpleNamespace",
         "torchvision.transforms.functional.InterpolationMode",
-        "numpy.dtype",
     }
 )
 
@@ -187,6 +186,7 @@ def checkpoint_loading_restrict() -> None:
         [
             *checkpoint_classes(),
             (_checkpoint_getattr, CHECKPOINT_GETATTR),
+            numpy.dtype,
             *((scalar, name) for name in NUMPY_SCALAR),
             # What numpy.dtype(...) builds: torch restores its state only for allowed types.
             *(type(numpy.dtype(kind)) for kind in NUMPY_DTYPE_KINDS),
@@ -453,7 +453,7 @@ def weights_check(path: Path) -> None:
     # torch.distributed, DTensor, nested tensors): no YOLO checkpoint holds them, and whether
     # a file passes must not depend on what this process happened to import.
     others = {_dotted(entry) for entry in torch.serialization.get_safe_globals()}
-    ours = {*CHECKPOINT_CLASSES, CHECKPOINT_GETATTR, *NUMPY_SCALAR}
+    ours = {*CHECKPOINT_CLASSES, CHECKPOINT_GETATTR, NUMPY_DTYPE, *NUMPY_SCALAR}
     forbidden = set(unsafe) | (names & (others - ours))
     if forbidden:
         raise UnsafeWeights(
