@@ -268,14 +268,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "datasets.uploads_expire_stale",
         "schedule": crontab(minute=23),
     },
-    "imports-requeue-stale": {
-        "task": "datasets.imports_requeue_stale",
-        "schedule": crontab(minute="*/5"),
-    },
-    "training-jobs-reap": {
-        "task": "training.jobs_reap",
-        "schedule": 60.0,
-    },
+    # Reapers: every long job's row holds a lease its worker renews; a row whose lease ran out
+    # (its worker died) is given to another worker, or failed with a reason after
+    # LONG_JOB_MAX_ATTEMPTS (core/leases.py). Training keeps its own lease, reaped alike.
+    "imports-requeue-stale": {"task": "datasets.imports_requeue_stale", "schedule": 60.0},
+    "health-runs-reap": {"task": "datasets.health_runs_reap", "schedule": 60.0},
+    "prelabel-runs-reap": {"task": "annotation.prelabel_runs_reap", "schedule": 60.0},
+    "exports-reap": {"task": "deploy.exports_reap", "schedule": 60.0},
+    "model-inspections-reap": {"task": "deploy.model_inspections_reap", "schedule": 60.0},
+    "training-jobs-reap": {"task": "training.jobs_reap", "schedule": 60.0},
     "blobs-collect-garbage": {
         "task": "datasets.blobs_collect_garbage",
         "schedule": crontab(hour=3, minute=41),
@@ -287,6 +288,9 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": crontab(hour=0, minute=7),
     },
 }
+# A long job's lease: renewed every third of it while the worker lives, reaped once it ran out.
+LONG_JOB_LEASE_SECONDS = env.float("LONG_JOB_LEASE_SECONDS", default=90.0)
+LONG_JOB_MAX_ATTEMPTS = env.int("LONG_JOB_MAX_ATTEMPTS", default=3)
 
 INVITATION_MAX_AGE = timedelta(days=14)
 DATASET_MAX_IMAGE_PIXELS = env.int("DATASET_MAX_IMAGE_PIXELS", default=64_000_000)

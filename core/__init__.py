@@ -1,0 +1,1 @@
+"""What every app shares. Not a Django app: it has no models."""
