@@ -40,6 +40,7 @@ class PrelabelState(models.TextChoices):
 
 
 PRELABEL_FINAL = (PrelabelState.SUCCEEDED, PrelabelState.FAILED)
+PRELABEL_ACTIVE = (PrelabelState.QUEUED, PrelabelState.RUNNING)
 
 
 class PrelabelRun(models.Model):
@@ -57,6 +58,10 @@ class PrelabelRun(models.Model):
     done = models.PositiveIntegerField(default=0)
     suggestions = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    # The worker running it and until when (core.leases); beat reaps it once that has passed.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
@@ -67,6 +72,13 @@ class PrelabelRun(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dataset"],
+                condition=models.Q(state__in=PRELABEL_ACTIVE),
+                name="one_active_prelabel_run_per_dataset",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"pre-label {self.dataset_id} with {self.model_id} ({self.state})"

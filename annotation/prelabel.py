@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from django.core.files.storage import FileSystemStorage, default_storage
+from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
 from annotation import assist
 from annotation.models import PrelabelRun, PrelabelState
 from annotation.services import model_class_map, suggestions_store
+from core.leases import Lease, LeaseLost, LongJob
 from datasets.models import Image, LabelStatus
 from training.models import TrainedModel
 from training.services.models import model_local_path
@@ -55,16 +56,41 @@ def image_predict(*, image: Image, model: TrainedModel, conf: float = 0.25) -> i
     )
 
 
-def prelabel_execute(run: PrelabelRun) -> None:
+def _send(run: PrelabelRun) -> None:
+    from annotation.tasks import prelabel_run
+
+    prelabel_run.delay(run.pk)
+
+
+PRELABEL_JOB = LongJob(
+    label="pre-labelling run",
+    model=PrelabelRun,
+    queued=PrelabelState.QUEUED,
+    running=PrelabelState.RUNNING,
+    failed=PrelabelState.FAILED,
+    send=_send,
+)
+
+
+def prelabel_execute(run: PrelabelRun, lease: Lease) -> None:
     """The body of a pre-labelling run: batches of images through the model, progress counted
     after each batch. A failure marks the run failed with the reason; suggestions written by
-    finished batches stay (each batch is whole)."""
-    PrelabelRun.objects.filter(pk=run.pk).update(state=PrelabelState.RUNNING)
+    finished batches stay (each batch is whole). Each batch commits only under the lease: a
+    worker that was given up on stops at its next write, and writes nothing more."""
+    try:
+        with lease.kept():
+            _batches_run(run, lease)
+    except LeaseLost:
+        logger.warning("pre-labelling run %s: attempt %s lost its lease", run.pk, lease.attempt)
+
+
+def _batches_run(run: PrelabelRun, lease: Lease) -> None:
     images = Image.objects.filter(dataset=run.dataset).select_related("blob", "dataset")
     if run.only_unlabelled:
         images = images.filter(status=LabelStatus.UNLABELLED)
     ids = list(images.values_list("pk", flat=True))
-    PrelabelRun.objects.filter(pk=run.pk).update(total=len(ids))
+    # A resumed run starts over: storing an image's suggestions replaces that model's earlier ones.
+    lease.renew(total=len(ids), done=0, suggestions=0)
     class_map = model_class_map(model=run.model, dataset=run.dataset)
     try:
         weights = model_local_path(run.model)
@@ -72,29 +98,25 @@ def prelabel_execute(run: PrelabelRun) -> None:
             batch = list(images.filter(pk__in=ids[start : start + BATCH]).order_by("pk"))
             with image_files(batch) as paths:
                 results = assist.model_predict(weights, paths, conf=run.conf)
-            stored = 0
-            for image, result in zip(batch, results, strict=True):
-                Image.objects.filter(pk=image.pk).update(uncertainty=result.uncertainty)
-                stored += suggestions_store(
-                    image=image,
-                    model=run.model,
-                    predictions=result.predictions,
-                    class_map=class_map,
-                )
-            PrelabelRun.objects.filter(pk=run.pk).update(
-                done=F("done") + len(batch), suggestions=F("suggestions") + stored
-            )
+            with transaction.atomic():
+                lease.fence()
+                stored = 0
+                for image, result in zip(batch, results, strict=True):
+                    Image.objects.filter(pk=image.pk).update(uncertainty=result.uncertainty)
+                    stored += suggestions_store(
+                        image=image,
+                        model=run.model,
+                        predictions=result.predictions,
+                        class_map=class_map,
+                    )
+                lease.renew(done=F("done") + len(batch), suggestions=F("suggestions") + stored)
+    except LeaseLost:
+        raise
     except assist.AssistError as exc:
-        _finish(run, PrelabelState.FAILED, str(exc))
+        lease.finish(PrelabelState.FAILED, error=str(exc)[:2000])
         return
     except Exception as exc:
         logger.exception("pre-labelling run %s failed", run.pk)
-        _finish(run, PrelabelState.FAILED, f"The model could not run: {exc}")
+        lease.finish(PrelabelState.FAILED, error=f"The model could not run: {exc}"[:2000])
         return
-    _finish(run, PrelabelState.SUCCEEDED, "")
-
-
-def _finish(run: PrelabelRun, state: str, error: str) -> None:
-    PrelabelRun.objects.filter(pk=run.pk).update(
-        state=state, error=error[:2000], finished_at=timezone.now()
-    )
+    lease.finish(PrelabelState.SUCCEEDED, error="")

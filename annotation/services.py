@@ -3,11 +3,12 @@ status, model suggestions, and pre-labelling runs."""
 
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annotation.models import PrelabelRun, PrelabelState, Suggestion
+from annotation.models import PRELABEL_ACTIVE, PrelabelRun, Suggestion
 from annotation.shapes import CleanLabel, labels_clean
+from core.leases import queued_until
 from datasets.models import Dataset, DatasetClass, Image, Label, LabelKind, LabelStatus
 from datasets.services.gallery import dataset_touch
 from training.models import TrainedModel
@@ -215,21 +216,25 @@ def prelabel_start(
         )
     if not 0 < conf < 1:
         raise ServiceError("The confidence threshold is between 0 and 1.")
-    if PrelabelRun.objects.filter(
-        dataset=dataset, state__in=[PrelabelState.QUEUED, PrelabelState.RUNNING]
-    ).exists():
-        raise ServiceError("A pre-labelling run is already going on this dataset; wait for it.")
+    busy = "A pre-labelling run is already going on this dataset; wait for it."
+    if PrelabelRun.objects.filter(dataset=dataset, state__in=PRELABEL_ACTIVE).exists():
+        raise ServiceError(busy)
     images = Image.objects.filter(dataset=dataset)
     if only_unlabelled:
         images = images.filter(status=LabelStatus.UNLABELLED)
-    run = PrelabelRun.objects.create(
-        workspace=access.workspace,
-        dataset=dataset,
-        model=model,
-        only_unlabelled=only_unlabelled,
-        conf=conf,
-        total=images.count(),
-        created_by=access.user,
-    )
+    try:
+        with transaction.atomic():
+            run = PrelabelRun.objects.create(
+                workspace=access.workspace,
+                dataset=dataset,
+                model=model,
+                only_unlabelled=only_unlabelled,
+                conf=conf,
+                total=images.count(),
+                created_by=access.user,
+                lease_until=queued_until(),
+            )
+    except IntegrityError:  # a start at the same moment won (one_active_prelabel_run_per_dataset)
+        raise ServiceError(busy) from None
     transaction.on_commit(lambda: prelabel_run.delay(run.pk))
     return run

@@ -3,7 +3,6 @@
 import logging
 
 from celery import shared_task
-from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
@@ -13,21 +12,27 @@ def prelabel_run(run_id: int, **kwargs) -> None:
     """Pre-label a dataset. Idempotent: a run already taken (or finished) is left alone."""
     if kwargs:
         logger.warning("annotation.prelabel_run: unexpected arguments %s", sorted(kwargs))
-    from annotation.models import PrelabelRun, PrelabelState
-    from annotation.prelabel import prelabel_execute
+    from annotation.models import PrelabelRun
+    from annotation.prelabel import PRELABEL_JOB, prelabel_execute
+    from core.leases import lease_take
 
-    with transaction.atomic():
-        run = (
-            PrelabelRun.objects.select_for_update(skip_locked=True)
-            .select_related("dataset", "model")
-            .filter(pk=run_id, state=PrelabelState.QUEUED)
-            .first()
-        )
-        if run is None:
-            return
-        run.state = PrelabelState.RUNNING
-        run.save(update_fields=["state"])
-    prelabel_execute(run)
+    lease = lease_take(PRELABEL_JOB, run_id)
+    if lease is None:
+        return
+    run = PrelabelRun.objects.select_related("dataset", "model").filter(pk=run_id).first()
+    if run is not None:
+        prelabel_execute(run, lease)
+
+
+@shared_task(name="annotation.prelabel_runs_reap", soft_time_limit=300, time_limit=360)
+def prelabel_runs_reap(**kwargs) -> int:
+    """Beat: runs whose worker died go back to the queue, or fail after too many attempts."""
+    if kwargs:
+        logger.warning("annotation.prelabel_runs_reap: unexpected arguments %s", sorted(kwargs))
+    from annotation.prelabel import PRELABEL_JOB
+    from core.leases import leases_reap
+
+    return leases_reap(PRELABEL_JOB)
 
 
 # Model work for one request (the editor's Suggest and SAM buttons) runs in a worker too, so
