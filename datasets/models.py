@@ -219,6 +219,9 @@ class Import(models.Model):
     chunk_count = models.PositiveIntegerField(default=0)
     format = models.CharField(max_length=32, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
+    # The worker importing it and until when (core.leases); beat reaps it once that has passed.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     report = models.JSONField(default=dict, blank=True)
@@ -313,3 +316,55 @@ class HealthFinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.severity}: {self.message}"
+
+
+class HealthRunState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Done"
+    FAILED = "failed", "Failed"
+
+
+HEALTH_RUN_FINAL = (HealthRunState.SUCCEEDED, HealthRunState.FAILED)
+HEALTH_RUN_ACTIVE = (HealthRunState.QUEUED, HealthRunState.RUNNING)
+
+
+class HealthRun(models.Model):
+    """One health check of a dataset by a worker. What it found is the dataset's findings;
+    this row is whether a check is queued or running, and why the last one failed."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="health_runs")
+    state = models.CharField(
+        max_length=10, choices=HealthRunState.choices, default=HealthRunState.QUEUED
+    )
+    rerun_requested = models.BooleanField(
+        default=False, help_text="The dataset changed while it ran: check again once done."
+    )
+    # The worker running it and until when (core.leases); beat reaps it once that has passed.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dataset"],
+                condition=models.Q(state__in=HEALTH_RUN_ACTIVE),
+                name="one_active_health_run_per_dataset",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"health check of {self.dataset_id} ({self.state})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in HEALTH_RUN_FINAL

@@ -29,16 +29,22 @@ def thumbnails_make_task(blob_ids: list[int], **kwargs) -> int:
     return thumbnails_make(blob_ids=blob_ids)
 
 
-@shared_task(name="datasets.health_run", acks_late=True, soft_time_limit=1800, time_limit=1900)
+# Not acks_late: the run's row owns its state (a lease), and beat's reaper re-sends it.
+@shared_task(name="datasets.health_run", soft_time_limit=1800, time_limit=1900)
 def health_run_task(dataset_id: int, **kwargs) -> None:
+    """Run the dataset's queued health check. Idempotent: none queued, nothing to do."""
     _log_unexpected("datasets.health_run", kwargs)
-    from datasets.models import Dataset
-    from datasets.services.health import health_run
+    from datasets.services.health_runs import health_run_execute
 
-    dataset = Dataset.objects.filter(pk=dataset_id).first()
-    if dataset is None:
-        return
-    health_run(dataset=dataset)
+    health_run_execute(dataset_id=dataset_id)
+
+
+@shared_task(name="datasets.health_runs_reap", soft_time_limit=300, time_limit=360)
+def health_runs_reap_task(**kwargs) -> int:
+    _log_unexpected("datasets.health_runs_reap", kwargs)
+    from datasets.services.health_runs import health_runs_reap
+
+    return health_runs_reap()
 
 
 @shared_task(

@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.core.cache import cache
 from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Case, When
 from django.utils import timezone
 from PIL import Image as PILImage
 
+from core.leases import Lease
 from datasets.models import (
     Blob,
     Dataset,
@@ -36,7 +36,6 @@ from datasets.models import (
     Split,
     Task,
 )
-from datasets.tasks import health_run_task
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -307,19 +306,6 @@ def label_geometry(
 # --- the run ----------------------------------------------------------------------------------
 
 
-def _status_key(dataset_id: int) -> str:
-    return f"dataset-health:{dataset_id}"
-
-
-def health_status(*, dataset: Dataset) -> dict | None:
-    """{'state': 'queued'|'running', 'since': iso time} while a check is pending, else None.
-
-    Kept in the cache (Redis): it is advisory, expires by itself if a worker dies, and the
-    findings and `health_checked_at` on the dataset stay the record of what was found.
-    """
-    return cache.get(_status_key(dataset.pk))
-
-
 def _kind_label(kind: str) -> str:
     return LabelKind(kind).label.lower() if kind in LabelKind.values else kind
 
@@ -348,30 +334,26 @@ def _finding(kind: str, severity: str, message: str, image_ids: Iterable[int] = 
     return {"kind": kind, "severity": severity, "message": message, "image_ids": _ids(image_ids)}
 
 
-def health_run(*, dataset: Dataset) -> list[HealthFinding]:
+def health_run(*, dataset: Dataset, lease: Lease | None = None) -> list[HealthFinding]:
     """Check the dataset and replace its findings and counts. Returns the new findings.
 
     Not one transaction as a whole: reading thousands of images takes minutes, and a
     transaction held open that long would block writers. The replacement at the end is atomic.
+    Under a health run's `lease` (health_runs), the findings are replaced only while the lease
+    is still this worker's: LeaseLost otherwise, and a newer run's findings stay.
     """
-    cache.set(
-        _status_key(dataset.pk),
-        {"state": "running", "since": timezone.now().isoformat()},
-        timeout=1900,  # the task's hard time limit
-    )
+    if lease is not None:
+        lease.renew()  # one given up on stops before reading every image again
     started = time.monotonic()
-    try:
-        findings = _health_check(dataset)
-        created = _findings_replace(dataset=dataset, findings=findings)
-        logger.info(
-            "health check of dataset %s: %d findings in %.1f s",
-            dataset.pk,
-            len(created),
-            time.monotonic() - started,
-        )
-        return created
-    finally:
-        cache.delete(_status_key(dataset.pk))
+    findings = _health_check(dataset)
+    created = _findings_replace(dataset=dataset, findings=findings, lease=lease)
+    logger.info(
+        "health check of dataset %s: %d findings in %.1f s",
+        dataset.pk,
+        len(created),
+        time.monotonic() - started,
+    )
+    return created
 
 
 def _health_check(dataset: Dataset) -> list[dict]:
@@ -613,7 +595,11 @@ def _check_splits(dataset: Dataset, images: list[tuple]) -> list[dict]:
 
 
 @transaction.atomic
-def _findings_replace(*, dataset: Dataset, findings: list[dict]) -> list[HealthFinding]:
+def _findings_replace(
+    *, dataset: Dataset, findings: list[dict], lease: Lease | None = None
+) -> list[HealthFinding]:
+    if lease is not None:
+        lease.fence()
     locked = Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
     if locked is None:  # deleted while we were reading
         return []
@@ -634,7 +620,7 @@ def _findings_replace(*, dataset: Dataset, findings: list[dict]) -> list[HealthF
     return created
 
 
-# --- reads, asking for a run, and what training makes of the result ---------------------------
+# --- reads, and what training makes of the result (runs: datasets.services.health_runs) ------
 
 
 def health_finding_list(*, dataset: Dataset):
@@ -674,21 +660,6 @@ def health_findings_with_previews(
     for finding in findings:
         finding.previews = [(i, names[i]) for i in finding.image_ids[:per_finding] if i in names]
     return findings, no_thumbnail
-
-
-@transaction.atomic
-def health_run_request(*, access: WorkspaceAccess, dataset: Dataset) -> bool:
-    """Queue a health check after commit. False when one is already queued or running."""
-    access.require(Perm.WRITE)
-    queued = cache.add(
-        _status_key(dataset.pk),
-        {"state": "queued", "since": timezone.now().isoformat()},
-        timeout=3600,  # a lost message stops showing “queued” after an hour
-    )
-    if queued:
-        dataset_id = dataset.pk
-        transaction.on_commit(lambda: health_run_task.delay(dataset_id))
-    return queued
 
 
 def dataset_training_blocked_reason(*, dataset: Dataset) -> str | None:

@@ -19,8 +19,8 @@ from pathlib import Path
 from django.core.cache import cache
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.utils import timezone
 
+from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap
 from datasets.models import (
     Blob,
     Dataset,
@@ -162,8 +162,8 @@ def _open_upload(imp: Import, limits: Limits):
 
 
 class _Run:
-    def __init__(self, dataset: Dataset, imp: Import, source):
-        self.dataset, self.imp, self.source = dataset, imp, source
+    def __init__(self, dataset: Dataset, imp: Import, source, lease: Lease):
+        self.dataset, self.imp, self.source, self.lease = dataset, imp, source, lease
         self.skipped: list[tuple[str, str]] = []
         self.writer = _BlobWriter()  # stores bytes; its list is removed again on failure
         self.new_blob_ids: list[int] = []
@@ -202,7 +202,19 @@ class _Run:
         self.skipped += parsed.skipped
         with transaction.atomic():
             report = self._write(parsed, existing)
-        report["seconds"] = round(time.monotonic() - started, 2)
+            report["seconds"] = round(time.monotonic() - started, 2)
+            # The import's outcome commits with its rows, and only under this worker's lease:
+            # a worker that was given up on rolls back instead of importing a second time.
+            imported = report["images_imported"]
+            if not self.lease.finish(
+                ImportStatus.SUCCEEDED,
+                report=report,
+                format=report["format"],
+                error="",
+                progress_done=imported,
+                progress_total=imported,
+            ):
+                raise LeaseLost(f"import {self.imp.pk}: the lease is gone, its rows roll back")
         return report
 
     def _class_map(self, parsed: Parsed, existing: list[str]) -> list[DatasetClass | None]:
@@ -390,114 +402,93 @@ def _checked_images(items: Iterator, writer: "_BlobWriter") -> Iterator[tuple]:
 
 
 def _after_commit(dataset_id: int, blob_ids: list[int]) -> None:
-    from datasets.tasks import health_run_task, thumbnails_make_task
+    from datasets.services.health_runs import health_run_enqueue
+    from datasets.tasks import thumbnails_make_task
 
     for start in range(0, len(blob_ids), 500):
         thumbnails_make_task.delay(blob_ids[start : start + 500])
-    health_run_task.delay(dataset_id)
+    health_run_enqueue(dataset_id=dataset_id, after_change=True)
 
 
-def _execute(imp: Import, source) -> Import:
-    """Run the import of `source` into `imp.dataset` and record the outcome on `imp`."""
-    run = _Run(imp.dataset, imp, source)
+def _execute(imp: Import, source, lease: Lease) -> Import:
+    """Run the import of `source` into `imp.dataset` and record the outcome on `imp`, under
+    `lease` (LeaseLost: another attempt owns the import now, and nothing of this one stays)."""
+    run = _Run(imp.dataset, imp, source, lease)
     try:
-        report = run.run()
+        run.run()
+    except LeaseLost:
+        raise  # its bytes stay: the newer attempt may be storing the same ones right now
     except ArchiveError as e:
         run.cleanup_failed()
-        imp.status, imp.error = ImportStatus.FAILED, str(e)
-        imp.report = {
-            "skipped": [{"file": f, "reason": r} for f, r in run.skipped[:MAX_REPORT_LINES]]
-        }
+        lease.finish(
+            ImportStatus.FAILED,
+            error=str(e),
+            report={
+                "skipped": [{"file": f, "reason": r} for f, r in run.skipped[:MAX_REPORT_LINES]]
+            },
+        )
     except Exception:
         run.cleanup_failed()
         logger.exception("import %s failed", imp.pk)
-        imp.status = ImportStatus.FAILED
-        imp.error = "The import failed because of an internal error; nothing was imported."
+        lease.finish(
+            ImportStatus.FAILED,
+            error="The import failed because of an internal error; nothing was imported.",
+        )
     else:
-        imp.status, imp.report, imp.format = ImportStatus.SUCCEEDED, report, report["format"]
-        imp.progress_done = imp.progress_total = report["images_imported"]
         blob_ids, dataset_id = run.new_blob_ids, imp.dataset_id
         transaction.on_commit(lambda: _after_commit(dataset_id, blob_ids))
     finally:
         source.close()
-    imp.finished_at = timezone.now()
-    imp.save(
-        update_fields=[
-            "status",
-            "error",
-            "report",
-            "format",
-            "progress_done",
-            "progress_total",
-            "finished_at",
-        ]
-    )
     cache.delete(_progress_key(imp.pk))
+    imp.refresh_from_db()
     return imp
 
 
 def import_run(*, import_id: int) -> Import | None:
-    """Run a queued upload's import (the Celery task calls this). A final import is left alone."""
-    with transaction.atomic():
-        imp = (
-            Import.objects.select_for_update(skip_locked=True)
-            .select_related("dataset__workspace__plan")
-            .filter(pk=import_id)
-            .first()
-        )
-        if imp is None or imp.status != ImportStatus.QUEUED:
-            return imp
-        imp.status, imp.started_at = ImportStatus.RUNNING, timezone.now()
-        imp.attempts += 1
-        imp.save(update_fields=["status", "started_at", "attempts"])
+    """Run a queued upload's import (the Celery task calls this). One that is not queued
+    (final, or running under another worker's lease) is left alone."""
+    lease = lease_take(IMPORT_JOB, import_id)
+    if lease is None:
+        return Import.objects.filter(pk=import_id).first()
+    imp = Import.objects.select_related("dataset__workspace__plan").get(pk=import_id)
     _progress(imp.pk, "starting")
+    return import_execute(imp, lease)
+
+
+def import_execute(imp: Import, lease: Lease) -> Import:
+    """The body of an upload's import, run from its stored chunks while `lease` is renewed."""
     try:
-        source = _open_upload(imp, _limits_for(imp.dataset))
-    except ArchiveError as e:
-        imp.status, imp.error, imp.finished_at = ImportStatus.FAILED, str(e), timezone.now()
-        imp.save(update_fields=["status", "error", "finished_at"])
-        result = imp
-    else:
-        result = _execute(imp, source)
+        with lease.kept():
+            try:
+                source = _open_upload(imp, _limits_for(imp.dataset))
+            except ArchiveError as e:
+                lease.finish(ImportStatus.FAILED, error=str(e))
+            else:
+                _execute(imp, source, lease)
+    except LeaseLost:
+        logger.warning("import %s: attempt %s lost its lease", imp.pk, lease.attempt)
+        imp.refresh_from_db()
+        return imp
     _delete_chunks(imp)
-    return result
-
-
-STALE_AFTER_SECONDS = 15 * 60
-MAX_ATTEMPTS = 3
+    imp.refresh_from_db()
+    return imp
 
 
 def imports_requeue_stale() -> int:
-    """Imports whose worker died (no progress for 15 minutes) run again from their chunks: their
-    rows were never committed, so a rerun cannot import anything twice."""
+    """Imports whose worker died run again from their chunks (their rows were never committed:
+    the outcome commits with them), at most LONG_JOB_MAX_ATTEMPTS times."""
+    return leases_reap(IMPORT_JOB)
+
+
+def _send(imp: Import) -> None:
     from datasets.tasks import import_run_task
 
-    requeued = 0
-    for imp in Import.objects.filter(status=ImportStatus.RUNNING):
-        beat = cache.get(_progress_key(imp.pk)) or {}
-        last = beat.get("at") or (imp.started_at.timestamp() if imp.started_at else 0)
-        if time.time() - last < STALE_AFTER_SECONDS:
-            continue
-        with transaction.atomic():
-            locked = (
-                Import.objects.select_for_update(skip_locked=True)
-                .filter(pk=imp.pk, status=ImportStatus.RUNNING)
-                .first()
-            )
-            if locked is None:
-                continue
-            if locked.attempts >= MAX_ATTEMPTS:
-                locked.status = ImportStatus.FAILED
-                locked.error = "The import was interrupted three times; nothing was imported."
-                locked.finished_at = timezone.now()
-                locked.save(update_fields=["status", "error", "finished_at"])
-                _delete_chunks(locked)
-                continue
-            locked.status = ImportStatus.QUEUED
-            locked.save(update_fields=["status"])
-            transaction.on_commit(lambda pk=locked.pk: import_run_task.delay(pk))
-            requeued += 1
-    return requeued
+    import_run_task.delay(imp.pk)
+
+
+def _has_chunks(imp: Import) -> bool:
+    """An upload can run again from its chunks; an import from the server's disk cannot."""
+    return UploadChunk.objects.filter(upload=imp).exists()
 
 
 def _delete_chunks(imp: Import) -> None:
@@ -508,6 +499,21 @@ def _delete_chunks(imp: Import) -> None:
     upload_chunks_delete(imp=imp)
 
 
+IMPORT_JOB = LongJob(
+    label="import",
+    model=Import,
+    queued=ImportStatus.QUEUED,
+    running=ImportStatus.RUNNING,
+    failed=ImportStatus.FAILED,
+    send=_send,
+    state_field="status",
+    started_field="started_at",
+    gave_up_note="Nothing was imported.",
+    resumable=_has_chunks,
+    gave_up=_delete_chunks,
+)
+
+
 def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path) -> Import:
     """Import an archive or folder from the server's disk, synchronously (CLI and tests)."""
     access.require(Perm.WRITE)
@@ -516,13 +522,14 @@ def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path
         raise ArchiveError(f"{path} does not exist.")
     imp = Import.objects.create(
         dataset=dataset,
-        status=ImportStatus.RUNNING,
+        status=ImportStatus.QUEUED,
         filename=display_name(path.name),
         files=[{"name": path.name, "size": path.stat().st_size if path.is_file() else 0}],
         total_size=path.stat().st_size if path.is_file() else 0,
         created_by=access.user,
-        started_at=timezone.now(),
     )
+    lease = lease_take(IMPORT_JOB, imp.pk)  # this process runs it: if it dies, beat fails it
+    imp.refresh_from_db()
     imp.dataset = dataset
     limits = _limits_for(dataset)
     try:
@@ -533,7 +540,8 @@ def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path
         else:
             source = Archive(path.open("rb"), limits)
     except ArchiveError as e:
-        imp.status, imp.error, imp.finished_at = ImportStatus.FAILED, str(e), timezone.now()
-        imp.save(update_fields=["status", "error", "finished_at"])
+        lease.finish(ImportStatus.FAILED, error=str(e))
+        imp.refresh_from_db()
         return imp
-    return _execute(imp, source)
+    with lease.kept():
+        return _execute(imp, source, lease)

@@ -8,8 +8,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
 from datasets import selectors
-from datasets.models import Severity
+from datasets.models import HealthRunState, Severity
 from datasets.services import health as health_services
+from datasets.services import health_runs
 from datasets.services import stats as stats_services
 from datasets.services.thumbnails import thumbnails_request
 from workspaces.decorators import workspace_view
@@ -28,7 +29,8 @@ SEVERITY_SECTIONS = [
 @require_GET
 def dataset_health(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
-    status = health_services.health_status(dataset=dataset)
+    latest = health_runs.health_run_latest(dataset=dataset)
+    status = health_runs.health_status(latest)
     if request.htmx and request.GET.get("part") == "status":
         if status is None:  # the check finished: show its findings
             return HttpResponseClientRefresh()
@@ -55,6 +57,7 @@ def dataset_health(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -
             "access": access,
             "dataset": dataset,
             "status": status,
+            "failed_run": latest if latest and latest.state == HealthRunState.FAILED else None,
             "sections": sections,
             "finding_total": len(findings),
         },
@@ -65,7 +68,7 @@ def dataset_health(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -
 @require_POST
 def dataset_health_run(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
-    if health_services.health_run_request(access=access, dataset=dataset):
+    if health_runs.health_run_request(access=access, dataset=dataset):
         messages.success(request, "Health check queued. This page updates when it is done.")
     else:
         messages.info(request, "A health check of this dataset is already queued or running.")

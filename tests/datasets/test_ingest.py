@@ -244,41 +244,46 @@ def test_upload_import_runs_in_the_real_celery_worker(celery_worker_process, tea
 
 
 @pytest.mark.django_db
-def test_an_import_whose_worker_died_is_requeued_then_given_up(team, tmp_path):
+def test_an_import_whose_worker_died_is_requeued_then_given_up(team, settings):
     from datetime import timedelta
 
-    from django.core.cache import cache
+    from django.core.files.base import ContentFile
     from django.utils import timezone
 
-    from datasets.models import Import
-    from datasets.services.ingest import MAX_ATTEMPTS, imports_requeue_stale
+    from datasets.models import Import, UploadChunk
+    from datasets.services.ingest import imports_requeue_stale
 
     dataset = dataset_create(access=team.access("editor"), name="Stale")
-    imp = Import.objects.create(
-        dataset=dataset,
-        filename="x.zip",
-        total_size=1,
-        status=ImportStatus.RUNNING,
-        attempts=1,
-        started_at=timezone.now() - timedelta(hours=1),
+    past, future = timezone.now() - timedelta(minutes=5), timezone.now() + timedelta(minutes=1)
+    imp, fresh = (
+        Import.objects.create(
+            dataset=dataset,
+            filename=name,
+            total_size=1,
+            status=ImportStatus.RUNNING,
+            attempts=1,
+            lease_owner="a worker",
+            lease_until=until,
+        )
+        for name, until in (("x.zip", past), ("y.zip", future))
     )
-    fresh = Import.objects.create(
-        dataset=dataset,
-        filename="y.zip",
-        total_size=1,
-        status=ImportStatus.RUNNING,
-        attempts=1,
-        started_at=timezone.now(),
-    )
-    cache.delete(f"import-progress:{imp.pk}")
+    chunk = UploadChunk.objects.create(upload=imp, file_index=0, chunk_index=0, size=1)
+    default_storage.save(chunk.storage_key, ContentFile(b"x"))
     assert imports_requeue_stale() == 1
     imp.refresh_from_db()
     fresh.refresh_from_db()
-    assert imp.status == ImportStatus.QUEUED and fresh.status == ImportStatus.RUNNING
-    Import.objects.filter(pk=imp.pk).update(status=ImportStatus.RUNNING, attempts=MAX_ATTEMPTS)
+    assert imp.status == ImportStatus.QUEUED and imp.lease_owner == ""
+    assert fresh.status == ImportStatus.RUNNING
+    Import.objects.filter(pk=imp.pk).update(
+        status=ImportStatus.RUNNING,
+        attempts=settings.LONG_JOB_MAX_ATTEMPTS,
+        lease_owner="a worker",
+        lease_until=past,
+    )
     imports_requeue_stale()
     imp.refresh_from_db()
-    assert imp.status == ImportStatus.FAILED and "interrupted" in imp.error
+    assert imp.status == ImportStatus.FAILED and "interrupted 3 times" in imp.error
+    assert "Nothing was imported" in imp.error
 
 
 @pytest.mark.django_db
