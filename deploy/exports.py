@@ -1,27 +1,27 @@
-"""Exports of trained models to other formats: starting an export (and failing stale ones
-that would block it), listing and downloading them, and the background job that runs one
-through the worker process (`deploy.export_process`). Which formats are offered, and why
-others are not, is `deploy.export_formats`."""
+"""Exports of trained models to other formats: starting an export (one at a time per model
+and format, a database constraint), listing and downloading them, and the background job that
+runs one through the worker process (`deploy.export_process`) under a lease (core.leases)
+that beat reaps when its worker died. Which formats are offered, and why others are not, is
+`deploy.export_formats`."""
 
 import logging
 import shutil
 import tempfile
 import zipfile
-from datetime import timedelta
 from pathlib import Path
 
 from celery import shared_task
 from django.conf import settings
 from django.core.files.storage import default_storage
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import Http404
-from django.utils import timezone
 
+from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap, queued_until
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
 from deploy.export_process import LOG_TAIL_CHARS, worker_run
-from deploy.models import ExportState, ModelExport
-from training.models import TrainedModel
+from deploy.models import EXPORT_ACTIVE, ExportState, ModelExport
+from training.models import InspectState, TrainedModel
 from training.services.models import model_local_path
 from training.supervisor import storage_put_file
 from workspaces.models import Workspace
@@ -32,20 +32,24 @@ from workspaces.services import ServiceError
 logger = logging.getLogger(__name__)
 
 EXPORT_TIMEOUT_SECONDS = 20 * 60
-ACTIVE_STATES = (ExportState.QUEUED, ExportState.RUNNING)
+
+
+def _send(export: ModelExport) -> None:
+    export_run.delay(export.pk)
+
+
+EXPORT_JOB = LongJob(
+    label="export",
+    model=ModelExport,
+    queued=ExportState.QUEUED,
+    running=ExportState.RUNNING,
+    failed=ExportState.FAILED,
+    send=_send,
+    gave_up_note="Start it again.",
+)
 
 
 # --- starting, listing, downloading -------------------------------------------------------------
-
-
-def _stale_exports_fail(model: TrainedModel) -> None:
-    """An export whose worker died (the job outlives its time limits) stops blocking new ones."""
-    limit = timezone.now() - timedelta(seconds=EXPORT_TIMEOUT_SECONDS + 15 * 60)
-    ModelExport.objects.filter(model=model, state__in=ACTIVE_STATES, created_at__lt=limit).update(
-        state=ExportState.FAILED,
-        error="The export worker stopped before finishing; start it again.",
-        finished_at=timezone.now(),
-    )
 
 
 @transaction.atomic
@@ -59,22 +63,31 @@ def export_start(*, access: WorkspaceAccess, model: TrainedModel, fmt: str) -> M
         raise ServiceError(f"Kestrel does not export to “{fmt[:30]}”.")
     if not entry.available:
         raise ServiceError(f"{entry.format.label} export is not available here: {entry.reason}.")
-    if model.inspect_state == "pending":
+    if model.inspect_state == InspectState.PENDING:
         raise ServiceError(
             f"{model.name} is still being inspected; export it once its check has finished."
         )
-    if model.inspect_state == "failed":
+    if model.inspect_state == InspectState.FAILED:
         raise ServiceError(f"{model.name} failed its inspection, so it cannot be exported.")
     if not model.weights_key:
         raise ServiceError(f"{model.name} has no stored weights to export.")
-    # Two clicks at once wait for each other here, so the second sees the first's export.
+    busy = f"{model.name} is already being exported to {entry.format.label}."
+    # Deleting the model waits for this start (and sees its export), and two clicks at once
+    # wait for each other; the constraint below holds even where rows are not locked (SQLite).
     TrainedModel.objects.select_for_update().filter(pk=model.pk).first()
-    _stale_exports_fail(model)
-    if ModelExport.objects.filter(model=model, format=fmt, state__in=ACTIVE_STATES).exists():
-        raise ServiceError(f"{model.name} is already being exported to {entry.format.label}.")
-    export = ModelExport.objects.create(
-        workspace=access.workspace, model=model, format=fmt, created_by=access.user
-    )
+    if ModelExport.objects.filter(model=model, format=fmt, state__in=EXPORT_ACTIVE).exists():
+        raise ServiceError(busy)
+    try:
+        with transaction.atomic():
+            export = ModelExport.objects.create(
+                workspace=access.workspace,
+                model=model,
+                format=fmt,
+                created_by=access.user,
+                lease_until=queued_until(),
+            )
+    except IntegrityError:  # a start at the same moment won (one_active_export_per_model_format)
+        raise ServiceError(busy) from None
     transaction.on_commit(lambda: export_run.delay(export.pk))
     return export
 
@@ -94,7 +107,7 @@ def exports_panel(*, access: WorkspaceAccess, model: TrainedModel) -> dict:
         "export_formats": format_catalog(),
         "exports": exports,
         "exports_active": any(not e.is_final for e in exports),
-        "can_export": access.can(Perm.WRITE) and model.inspect_state == "ok",
+        "can_export": access.can(Perm.WRITE) and model.inspect_state == InspectState.OK,
     }
 
 
@@ -135,19 +148,20 @@ def export_run(export_id: int, **kwargs) -> None:
     """Run one export. Idempotent: an export already taken (or finished) is left alone."""
     if kwargs:
         logger.warning("deploy.export_run: unexpected arguments %s", sorted(kwargs))
-    with transaction.atomic():
-        export = (
-            ModelExport.objects.select_for_update(skip_locked=True)
-            .select_related("model")
-            .filter(pk=export_id, state=ExportState.QUEUED)
-            .first()
-        )
-        if export is None:
-            return
-        export.state = ExportState.RUNNING
-        export.progress = 1
-        export.save(update_fields=["state", "progress"])
-    export_execute(export)
+    lease = lease_take(EXPORT_JOB, export_id, progress=1)
+    if lease is None:
+        return
+    export = ModelExport.objects.select_related("model").filter(pk=export_id).first()
+    if export is not None:
+        export_execute(export, lease)
+
+
+@shared_task(name="deploy.exports_reap", soft_time_limit=300, time_limit=360)
+def exports_reap(**kwargs) -> int:
+    """Beat: exports whose worker died go back to the queue, or fail after too many attempts."""
+    if kwargs:
+        logger.warning("deploy.exports_reap: unexpected arguments %s", sorted(kwargs))
+    return leases_reap(EXPORT_JOB)
 
 
 def _zip_folder(folder: Path, target: Path) -> Path:
@@ -158,30 +172,36 @@ def _zip_folder(folder: Path, target: Path) -> Path:
     return target
 
 
-def _export_finish(export: ModelExport, **fields) -> bool:
-    """Write the end of a running export; False when it is gone or no longer running."""
-    fields.setdefault("finished_at", timezone.now())
-    return bool(
-        ModelExport.objects.filter(pk=export.pk, state=ExportState.RUNNING).update(**fields)
-    )
+def export_finish(lease: Lease, *, state: str, **fields) -> bool:
+    """Write the end of a running export; False when it is gone, or no longer this worker's."""
+    return lease.finish(state, **fields)
 
 
-def export_execute(export: ModelExport) -> ModelExport:
+def export_execute(export: ModelExport, lease: Lease) -> ModelExport:
     """Convert the model in a worker process, store the file (a folder format as a .zip) under
-    exports/<model>/<export>/, and record progress, the log and the end on the row."""
+    exports/<model>/<export>/<attempt>/, and record progress, the log and the end on the row,
+    while `lease` is this worker's (a worker given up on stops at its next progress line)."""
+    try:
+        with lease.kept():
+            _convert(export, lease)
+    except LeaseLost:
+        logger.warning("export %s: attempt %s lost its lease", export.pk, lease.attempt)
+    export.refresh_from_db()
+    return export
+
+
+def _convert(export: ModelExport, lease: Lease) -> None:
     fmt = FORMATS_BY_KEY.get(export.format)
     model = export.model
     steps: list[str] = []
 
     def progress(percent: int, message: str) -> None:
         steps.append(message)
-        ModelExport.objects.filter(pk=export.pk, state=ExportState.RUNNING).update(
-            progress=max(1, percent), log="\n".join(steps)
-        )
+        lease.renew(progress=max(1, percent), log="\n".join(steps))
 
     if fmt is None:
-        _export_finish(export, state=ExportState.FAILED, error=f"Unknown format {export.format}.")
-        return export
+        export_finish(lease, state=ExportState.FAILED, error=f"Unknown format {export.format}.")
+        return
     workdir = Path(settings.TRAINING_DIR) / "exports"
     workdir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"export-{export.pk}-", dir=workdir))
@@ -190,12 +210,12 @@ def export_execute(export: ModelExport) -> ModelExport:
         try:
             weights = model_local_path(model)
         except (OSError, ValueError) as e:
-            _export_finish(
-                export,
+            export_finish(
+                lease,
                 state=ExportState.FAILED,
                 error=f"The model's weights could not be read from storage ({type(e).__name__}).",
             )
-            return export
+            return
         staged = workdir / f"kestrel-model-{model.pk}.pt"
         staged.symlink_to(Path(weights).resolve())
         answer = worker_run(
@@ -205,23 +225,25 @@ def export_execute(export: ModelExport) -> ModelExport:
         )
         log = "\n".join(steps) + "\n\n" + answer.log
         if answer.error or not answer.result:
-            _export_finish(
-                export,
+            export_finish(
+                lease,
                 state=ExportState.FAILED,
                 error=f"The {fmt.label} export failed: {answer.error}",
                 log=log[-LOG_TAIL_CHARS:],
             )
-            return export
+            return
         output = Path(answer.result["path"])
         if output.is_dir():
             progress(92, "Zipping the folder")
             output = _zip_folder(output, workdir / export_filename(export))
         progress(95, "Storing the file")
-        key = f"exports/{model.pk}/{export.pk}/{export_filename(export)}"
+        # A key of this attempt's own: a worker given up on never replaces (nor, once refused
+        # below, deletes) the file of the attempt that finished in its place.
+        key = f"exports/{model.pk}/{export.pk}/{lease.attempt}/{export_filename(export)}"
         storage_put_file(key, output)
         size = output.stat().st_size
-        if not _export_finish(
-            export,
+        if not export_finish(
+            lease,
             state=ExportState.SUCCEEDED,
             progress=100,
             file_key=key,
@@ -229,18 +251,20 @@ def export_execute(export: ModelExport) -> ModelExport:
             error="",
             log=(log + "\nStored.")[-LOG_TAIL_CHARS:],
         ):
-            default_storage.delete(key)  # the export (or its model) was deleted meanwhile
+            default_storage.delete(key)  # deleted meanwhile, or no longer this worker's
         key = ""
+    except LeaseLost:
+        if key:
+            default_storage.delete(key)
+        raise
     except Exception as e:
         logger.exception("deploy.export_run %s failed", export.pk)
         if key:
             default_storage.delete(key)
-        _export_finish(
-            export,
+        export_finish(
+            lease,
             state=ExportState.FAILED,
             error=f"The {fmt.label} export failed: {type(e).__name__}: {e}"[:2000],
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    export.refresh_from_db()
-    return export

@@ -60,6 +60,10 @@ class ExportState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+EXPORT_FINAL = (ExportState.SUCCEEDED, ExportState.FAILED)
+EXPORT_ACTIVE = (ExportState.QUEUED, ExportState.RUNNING)
+
+
 class ModelExport(models.Model):
     """One model converted to one format by a background job; the file lands in storage."""
 
@@ -72,6 +76,10 @@ class ModelExport(models.Model):
     file_size = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True)
     log = models.TextField(blank=True)
+    # The worker running it and until when (core.leases); beat reaps it once that has passed.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
@@ -82,13 +90,20 @@ class ModelExport(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "format"],
+                condition=models.Q(state__in=EXPORT_ACTIVE),
+                name="one_active_export_per_model_format",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.model_id} → {self.format} ({self.state})"
 
     @property
     def is_final(self) -> bool:
-        return self.state in (ExportState.SUCCEEDED, ExportState.FAILED)
+        return self.state in EXPORT_FINAL
 
 
 class UsageDay(models.Model):

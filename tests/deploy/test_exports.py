@@ -115,7 +115,7 @@ def test_onnx_and_torchscript_exports_run_in_the_worker_and_predict_like_the_pt(
         print(f"{fmt} export: {seconds:.1f}s, {export.file_size} bytes")
         name = f"kestrel-model-{model.pk}{suffix}"
         assert export.progress == 100
-        assert export.file_key == f"exports/{model.pk}/{export.pk}/{name}"
+        assert export.file_key == f"exports/{model.pk}/{export.pk}/1/{name}"  # attempt 1
         response = editor.get(f"/w/acme/exports/{export.pk}/download/")
         assert response.status_code == 200
         assert name in response["Content-Disposition"]
