@@ -261,6 +261,14 @@ class SystemSample(models.Model):
         return f"{self.job_id} sample {self.attempt}.{self.seq}"
 
 
+class InspectState(models.TextChoices):
+    """Where an uploaded model's inspection is; a trained one is ok from the start."""
+
+    PENDING = "pending", "Pending"
+    OK = "ok", "OK"
+    FAILED = "failed", "Failed"
+
+
 class TrainedModel(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="models")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="models")
@@ -289,10 +297,15 @@ class TrainedModel(models.Model):
     )
     inspect_state = models.CharField(
         max_length=10,
-        default="ok",
+        choices=InspectState.choices,
+        default=InspectState.OK,
         help_text="Uploads: pending until a worker has loaded them in isolation; ok or failed.",
     )
     inspect_error = models.TextField(blank=True)
+    # The worker inspecting an upload and until when (core.leases); beat reaps it after that.
+    inspect_lease_owner = models.CharField(max_length=200, blank=True)
+    inspect_lease_until = models.DateTimeField(null=True, blank=True)
+    inspect_attempts = models.PositiveSmallIntegerField(default=0)
 
     objects = WorkspaceOwnedQuerySet.as_manager()
 
