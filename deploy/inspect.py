@@ -1,20 +1,46 @@
 """Inspecting uploaded weights: a worker process checks the pickle, loads the checkpoint with
-Ultralytics and reads its task, class names and image size. Until then an upload is "pending"
-and nothing (training, exports, inference) uses it."""
+Ultralytics (through torch's restricted unpickler) and reads its task, class names and image
+size. Until then an upload is "pending" and nothing (training, exports, inference) uses it; an
+upload that fails is deleted from storage at once, and its row says why."""
 
 import logging
 
 from celery import shared_task
 from django.db import transaction
 
+from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap
 from datasets.models import Task
 from deploy.export_process import INSPECT_TIMEOUT_SECONDS, WorkerAnswer, worker_run
-from training.models import TrainedModel
-from training.services.models import model_local_path
+from training.models import InspectState, TrainedModel
+from training.services.models import model_local_path, model_weights_delete
 
 logger = logging.getLogger(__name__)
 
-PENDING, OK, FAILED = "pending", "ok", "failed"
+PENDING, OK, FAILED = InspectState.PENDING, InspectState.OK, InspectState.FAILED
+
+
+def _send(model: TrainedModel) -> None:
+    model_inspect.delay(model.pk)
+
+
+# An inspection stays "pending" while it runs: its lease owner tells taken from queued.
+INSPECT_JOB = LongJob(
+    label="inspection of the uploaded weights",
+    model=TrainedModel,
+    queued=PENDING,
+    running=PENDING,
+    failed=FAILED,
+    send=_send,
+    state_field="inspect_state",
+    owner_field="inspect_lease_owner",
+    until_field="inspect_lease_until",
+    attempts_field="inspect_attempts",
+    error_field="inspect_error",
+    finished_field=None,
+    # A file that keeps killing its worker is refused like any other: nobody keeps it.
+    gave_up_note="The file has been deleted.",
+    gave_up=lambda model: model_weights_delete(model=model),
+)
 
 
 @shared_task(
@@ -23,40 +49,54 @@ PENDING, OK, FAILED = "pending", "ok", "failed"
     time_limit=INSPECT_TIMEOUT_SECONDS + 120,
 )
 def model_inspect(model_id: int, **kwargs) -> None:
-    """Inspect an uploaded model. Idempotent: one no longer pending is left alone. Nothing is
-    locked while the worker runs; a second delivery inspects again and the first answer wins."""
+    """Inspect an uploaded model. Idempotent: one no longer pending, or being inspected under
+    another worker's lease, is left alone."""
     if kwargs:
         logger.warning("deploy.model_inspect: unexpected arguments %s", sorted(kwargs))
-    model = TrainedModel.objects.filter(pk=model_id, inspect_state=PENDING).first()
+    lease = lease_take(INSPECT_JOB, model_id)
+    if lease is None:
+        return
+    model = TrainedModel.objects.filter(pk=model_id).first()
     if model is None:
         return
-    try:
-        weights = model_local_path(model)
-    except (OSError, ValueError) as e:
-        answer = WorkerAnswer(error=f"its file could not be read from storage ({type(e).__name__})")
-    else:
-        answer = worker_run(["inspect", str(weights)], timeout=INSPECT_TIMEOUT_SECONDS)
-        if answer.error:
-            logger.info(
-                "deploy.model_inspect %s failed: %s\n%s", model_id, answer.error, answer.log
-            )
-    model_inspect_record(model_id=model.pk, weights_sha256=model.weights_sha256, answer=answer)
+    with lease.kept():
+        try:
+            weights = model_local_path(model)
+        except (OSError, ValueError) as e:
+            error = f"its file could not be read from storage ({type(e).__name__})"
+            answer = WorkerAnswer(error=error)
+        else:
+            answer = worker_run(["inspect", str(weights)], timeout=INSPECT_TIMEOUT_SECONDS)
+            if answer.error:
+                logger.info(
+                    "deploy.model_inspect %s failed: %s\n%s", model_id, answer.error, answer.log
+                )
+    model_inspect_record(lease=lease, weights_sha256=model.weights_sha256, answer=answer)
+
+
+@shared_task(name="deploy.model_inspections_reap", soft_time_limit=300, time_limit=360)
+def model_inspections_reap(**kwargs) -> int:
+    """Beat: inspections whose worker died run again, or fail after too many attempts."""
+    if kwargs:
+        logger.warning("deploy.model_inspections_reap: unexpected arguments %s", sorted(kwargs))
+    return leases_reap(INSPECT_JOB)
 
 
 @transaction.atomic
 def model_inspect_record(
-    *, model_id: int, weights_sha256: str, answer: WorkerAnswer
+    *, lease: Lease, answer: WorkerAnswer, weights_sha256: str | None = None
 ) -> TrainedModel | None:
-    """Write what the worker found on a model still pending with the same weights. The task,
-    class names and image size come from the file; a task that differs from the one picked at
-    upload is replaced, and the model says so."""
-    model = (
-        TrainedModel.objects.select_for_update()
-        .filter(pk=model_id, inspect_state=PENDING, weights_sha256=weights_sha256)
-        .first()
-    )
-    if model is None:
+    """Write what the worker found on a model still pending under this lease (with the same
+    weights). The task, class names and image size come from the file; a task that differs
+    from the one picked at upload is replaced, and the model says so. None when the lease is
+    gone: a worker given up on never writes over the inspection that replaced it."""
+    try:
+        model = lease.fence()
+    except LeaseLost:
         return None
+    if weights_sha256 is not None and model.weights_sha256 != weights_sha256:
+        return None
+    model.inspect_lease_owner, model.inspect_lease_until = "", None
     result = answer.result or {}
     task, names = result.get("task"), result.get("class_names")
     error = answer.error
@@ -66,8 +106,18 @@ def model_inspect_record(
         error = "it names no classes"
     if error:
         model.inspect_state = FAILED
-        model.inspect_error = f"The weights could not be used: {error}"[:2000]
-        model.save(update_fields=["inspect_state", "inspect_error"])
+        note = " The file has been deleted."
+        model.inspect_error = f"The weights could not be used: {error}"[: 2000 - len(note)] + note
+        model.save(
+            update_fields=[
+                "inspect_state",
+                "inspect_error",
+                "inspect_lease_owner",
+                "inspect_lease_until",
+            ]
+        )
+        # Nothing keeps a refused file: no later upload or request can name its path.
+        transaction.on_commit(lambda: model_weights_delete(model=model))
         return model
     if task != model.task:
         model.train_args = {
@@ -92,6 +142,8 @@ def model_inspect_record(
             "train_args",
             "inspect_state",
             "inspect_error",
+            "inspect_lease_owner",
+            "inspect_lease_until",
         ]
     )
     return model
