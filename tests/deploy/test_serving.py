@@ -63,7 +63,9 @@ def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     # The same boxes, up to float differences between runtimes at the threshold's edge.
     assert abs(len(onnx_results) - len(image["results"])) <= max(2, len(image["results"]) // 50)
     assert {r["class"] for r in onnx_results} == {r["class"] for r in image["results"]}
-    stats = httpx.get(f"{inference_server.url}/stats", headers=inference_server.auth("stats")).json()
+    stats = httpx.get(
+        f"{inference_server.url}/stats", headers=inference_server.auth("stats")
+    ).json()
     assert any(f"{model.pk}:onnx:{export.pk}" == key for key in stats["models"])
 
     # Both calls were counted, after their answers went out: two calls, two images, no errors.
