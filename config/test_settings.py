@@ -3,6 +3,17 @@
 import os
 import tempfile
 
+# Under pytest-xdist (`-n N`), each worker process gets Redis databases of its own (its cache is
+# cleared before every test, and its broker queues must not reach another worker's Celery);
+# pytest-django gives it its own test database. Processes a test starts inherit the split.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and not os.environ.get("KESTREL_XDIST_SPLIT"):
+    _index = int(_WORKER.removeprefix("gw"))
+    for _name, _db in (("REDIS_URL", 14), ("CELERY_BROKER_URL", 13)):
+        _base, _, _number = os.environ.get(_name, f"redis://127.0.0.1:6379/{_db}").rpartition("/")
+        os.environ[_name] = f"{_base}/{int(_number) - 2 * _index}"
+    os.environ["KESTREL_XDIST_SPLIT"] = "1"
+
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kestrel")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
 os.environ.setdefault("CACHE_KEY_PREFIX", "kestrel-test")

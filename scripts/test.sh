@@ -15,4 +15,6 @@ if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
 fi
 .venv/bin/python manage.py collectstatic --noinput -v0
-exec .venv/bin/pytest "$@"
+# In parallel (pytest-xdist), a test file per worker at a time: a file's session fixtures (a
+# model server, trained checkpoints) are made once. TEST_WORKERS=0 runs it in one process.
+exec .venv/bin/pytest -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
