@@ -161,8 +161,8 @@ def stored(team, stranger) -> dict[str, Served]:
             ),
             Served(
                 "checkpoint last.pt",
-                job.checkpoint_key,
-                _read(job.checkpoint_key),
+                job.artifacts["last.pt"],  # where it was stored (a key taken already is not)
+                _read(job.artifacts["last.pt"]),
                 pages=[job_file("last.pt")],
             ),
             Served(
