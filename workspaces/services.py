@@ -345,9 +345,12 @@ def email_masked(email: str) -> str:
     return f"{local[:1]}•••@{domain}"
 
 
-def invitation_email_problem(*, invitation: Invitation, user: User) -> str | None:
-    """Why `user` cannot accept yet, or None: they must hold the invited address, confirmed."""
-    state = invitation_address_state(invitation=invitation, user=user)
+def invitation_email_problem(
+    *, invitation: Invitation, user: User, state: InvitedAddress | None = None
+) -> str | None:
+    """Why `user` cannot accept yet, or None: they must hold the invited address, confirmed.
+    `state`: invitation_address_state's answer, when the caller has it already."""
+    state = state or invitation_address_state(invitation=invitation, user=user)
     if state == InvitedAddress.CONFIRMED:
         return None
     if state == InvitedAddress.UNCONFIRMED:

@@ -328,7 +328,10 @@ def invitation_accept(request, token: str) -> HttpResponse:
         invitation = services.invitation_from_token(token)
     except ServiceError as e:
         return _invitation_invalid(request, e)
-    problem = services.invitation_email_problem(invitation=invitation, user=request.user)
+    state = services.invitation_address_state(invitation=invitation, user=request.user)
+    problem = services.invitation_email_problem(
+        invitation=invitation, user=request.user, state=state
+    )
     if request.method == "POST" and problem is None:
         try:
             services.invitation_accept(invitation=invitation, user=request.user)
@@ -337,7 +340,6 @@ def invitation_accept(request, token: str) -> HttpResponse:
         else:
             messages.success(request, f"Welcome to {invitation.workspace.name}.")
             return redirect("workspace_detail", ws_slug=invitation.workspace.slug)
-    state = services.invitation_address_state(invitation=invitation, user=request.user)
     context = {
         "invitation": invitation,
         "problem": problem,
