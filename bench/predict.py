@@ -240,7 +240,9 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
     )
     model.save(update_fields=["weights_key"])
     deployment = Deployment.objects.create(
-        workspace=workspace, model=model, slug=f"bench-{tag}", name="bench",
+        # The slug the dedicated server was started for: web processes mint its tokens by it.
+        workspace=workspace, model=model, slug=dedicated.name.removeprefix("deployment-"),
+        name="bench",
         state=DeploymentState.RUNNING, port=dedicated.port, host="127.0.0.1",
     )  # fmt: skip
     _, raw = api_key_create(access=access, name="bench", scopes=["predict"])
@@ -315,7 +317,12 @@ def main() -> None:
     device_args = ["--device", device]
     shared = Server("shared", *device_args).wait()
     dedicated = Server(
-        "deployment-bench", *device_args, "--model-path", str(weights), "--model-key", "bench:1"
+        f"deployment-bench-{secrets.token_hex(4)}",
+        *device_args,
+        "--model-path",
+        str(weights),
+        "--model-key",
+        "bench:1",
     ).wait()
     one_at_a_time = Server("one-at-a-time", *device_args, "--batch-max", "1").wait()
     web = None
