@@ -24,7 +24,7 @@ from django.urls import path
 
 from training.models import EpochMetric, LogChunk, SystemSample, TrainingJob
 from training.selectors import job_state_dict
-from training.supervisor import progress_key, state_rev_key, stream_key
+from training.supervisor import beat_key, progress_key, state_rev_key, stream_key
 from workspaces.selectors import workspace_access_for_user
 
 SNAPSHOT_LOG_LINES = 2000
@@ -34,6 +34,14 @@ KEEPALIVE_SECONDS = 15.0
 READ_BLOCK_MS = 1000
 # Entries read at once: what one page that stops reading can hold in this process, at most.
 READ_COUNT = 50
+# While the supervisor's heartbeat is late, or Redis is away, the job is read this often.
+WATCH_CHECK_SECONDS = 5.0
+REDIS_RETRY_SECONDS = 0.5
+REDIS_RETRY_MAX_SECONDS = 5.0
+FEED_PAUSED = (
+    "Live updates paused: Kestrel cannot reach Redis. The run goes on; this page catches up "
+    "once it is back."
+)
 FORWARDED = {"batch", "epoch", "log", "system"}
 _STREAM_ID = re.compile(r"^\d+-\d+$")
 _JOB_FIELDS = (  # what job_state_dict reads
@@ -49,6 +57,8 @@ _JOB_FIELDS = (  # what job_state_dict reads
     "attempts",
     "stop_requested_at",
     "cancel_requested_at",
+    "heartbeat_at",
+    "lost_attempts",
 )
 
 
@@ -131,7 +141,7 @@ class _Feed:
 
 async def _snapshot(client, job_id: int, state: dict, feed: _Feed) -> tuple[dict, str]:
     key = stream_key(job_id)
-    top = await client.xrevrange(key, count=1)
+    top = await _or_none(client.xrevrange(key, count=1))  # Redis away: PostgreSQL's alone
     cursor = top[0][0].decode() if top else "0-0"
     epochs = {
         m["epoch"]: m
@@ -168,7 +178,7 @@ async def _snapshot(client, job_id: int, state: dict, feed: _Feed) -> tuple[dict
         system.append({"t": at, "values": sample["values"]})
     # What the stream holds up to the cursor and PostgreSQL may not have yet.
     if top:
-        for entry_id, fields in await client.xrange(key, max=cursor):
+        for entry_id, fields in await _or_none(client.xrange(key, max=cursor)) or []:
             decoded = _decode(entry_id, fields)
             if decoded is None or decoded[1] != state["attempts"]:
                 continue
@@ -183,7 +193,7 @@ async def _snapshot(client, job_id: int, state: dict, feed: _Feed) -> tuple[dict
                 logs.extend(data.get("lines", []))
             elif kind == "system" and feed.fresh(kind, attempt, seq):
                 system.append(feed.shape(kind, data))
-    raw = await client.get(progress_key(job_id))
+    raw = await _or_none(client.get(progress_key(job_id)))
     snapshot = {
         "job": state,
         "epochs": [epochs[n] for n in sorted(epochs)],
@@ -203,16 +213,21 @@ async def _resumable(client, job_id: int, last_event_id: str | None) -> bool:
 
 
 async def event_stream(job_id: int, last_event_id: str | None = None):
-    client = aioredis.Redis.from_url(settings.TRAINING_REDIS_URL)
+    """The job's events for one page. Redis going away (restarted, perhaps empty) is waited
+    out with back-off, the page told that live updates are paused; the job's state still comes
+    from PostgreSQL meanwhile, and the feed goes on from where it was once Redis answers."""
+    client = aioredis.Redis.from_url(
+        settings.TRAINING_REDIS_URL, socket_timeout=10, socket_connect_timeout=3
+    )
     feed = _Feed()
     try:
-        rev = await client.get(state_rev_key(job_id))
+        rev = await _or_none(client.get(state_rev_key(job_id)))
         async with _db_turn():
             state = await job_state(job_id)
             if state is None:
                 return
             snapshot = None
-            if await _resumable(client, job_id, last_event_id):
+            if await _or_none(_resumable(client, job_id, last_event_id)):
                 cursor = last_event_id
             else:
                 snapshot, cursor = await _snapshot(client, job_id, state, feed)
@@ -220,10 +235,34 @@ async def event_stream(job_id: int, last_event_id: str | None = None):
         if state["is_final"]:
             yield sse("end", state)
             return
-        checked = sent = time.monotonic()
+        checked = sent = watched = time.monotonic()
         key = stream_key(job_id)
+        away_since: float | None = None
+        delay = REDIS_RETRY_SECONDS
         while True:
-            replies = await client.xread({key: cursor}, count=READ_COUNT, block=READ_BLOCK_MS)
+            now = time.monotonic()
+            check = now - checked >= STATE_CHECK_SECONDS
+            try:
+                if away_since is not None:
+                    cursor = await _stream_restored(client, key, cursor)
+                replies = await client.xread({key: cursor}, count=READ_COUNT, block=READ_BLOCK_MS)
+                fresh_rev, beat = rev, None
+                if check:
+                    fresh_rev, beat = await client.mget(state_rev_key(job_id), beat_key(job_id))
+            except aioredis.RedisError:
+                if away_since is None:
+                    away_since = now
+                    yield sse("feed", {"live": False, "text": FEED_PAUSED})
+                    sent = now
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, REDIS_RETRY_MAX_SECONDS)
+                replies, fresh_rev, beat = None, rev, None
+            else:
+                if away_since is not None:
+                    away_since = None
+                    delay = REDIS_RETRY_SECONDS
+                    yield sse("feed", {"live": True, "text": ""})
+                    sent = time.monotonic()
             for _, entries in replies or []:
                 for entry_id, fields in entries:
                     cursor = entry_id.decode()
@@ -236,29 +275,74 @@ async def event_stream(job_id: int, last_event_id: str | None = None):
                             yield sse(kind, feed.shape(kind, data), cursor)
                             sent = time.monotonic()
             now = time.monotonic()
-            if now - checked >= STATE_CHECK_SECONDS:
+            if check:
                 checked = now
-                # Every change of state bumps a counter in Redis: the database is read only then.
-                fresh_rev = await client.get(state_rev_key(job_id))
-                if fresh_rev != rev:
-                    rev = fresh_rev
-                    async with _db_turn():
-                        fresh = await job_state(job_id)
-                    if fresh is None:
-                        return
+                # Every change of state bumps a counter in Redis: the database is read then,
+                # and every few seconds while the supervisor's heartbeat is late (or Redis is
+                # away) and while the header says so.
+                late = away_since is not None or _late(beat)
+                due = (late or state["watch"]["text"]) and now - watched >= WATCH_CHECK_SECONDS
+            if check and (fresh_rev != rev or due):
+                rev = fresh_rev
+                watched = now
+                async with _db_turn():
+                    fresh = await job_state(job_id)
+                if fresh is None:
+                    return
+                if fresh["watch"] != state["watch"]:
+                    yield sse("watch", fresh["watch"])
+                    sent = now
+                if _differs(fresh, state):
                     if fresh["attempts"] != state["attempts"]:
                         cursor = "0-0"  # a new attempt starts a new stream
-                    state = fresh
-                    yield sse("state", state)
+                    yield sse("state", fresh)
                     sent = now
-                    if state["is_final"]:
-                        yield sse("end", state)
-                        return
+                state = fresh
+                if state["is_final"]:
+                    yield sse("end", state)
+                    return
             if now - sent >= KEEPALIVE_SECONDS:
                 yield ": keep-alive\n\n"
                 sent = now
     finally:
         await client.aclose()
+
+
+def _differs(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if k != "watch"} != {
+        k: v for k, v in b.items() if k != "watch"
+    }
+
+
+def _late(beat: bytes | None) -> bool:
+    """Whether the supervisor's last heartbeat (its time in Redis) is two beats old, or not
+    there (Redis came back empty, or the attempt has not started)."""
+    try:
+        return time.time() - float(beat) > 2 * settings.TRAINING_HEARTBEAT_SECONDS
+    except (TypeError, ValueError):
+        return True
+
+
+async def _or_none(awaitable):
+    """The value, or None while Redis is away."""
+    try:
+        return await awaitable
+    except aioredis.RedisError:
+        return None
+
+
+async def _stream_restored(client, key: str, cursor: str) -> str:
+    """The cursor to read on from once Redis is back: from the stream's start when its ids went
+    back in time (a Redis restarted empty; sequence numbers keep anything from showing twice)."""
+    top = await client.xrevrange(key, count=1)
+    if top and _stream_id(top[0][0].decode()) < _stream_id(cursor):
+        return "0-0"
+    return cursor
+
+
+def _stream_id(text: str) -> tuple[int, int]:
+    ms, _, n = text.partition("-")
+    return int(ms), int(n or 0)
 
 
 async def job_events(request: HttpRequest, ws_slug: str, pk: int) -> HttpResponse:

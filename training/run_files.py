@@ -20,7 +20,7 @@ RUN_NAME = "run"  # Ultralytics' `name`: the run folder is <job folder>/run
 CHECKPOINTS = "checkpoints"
 RESULTS_CSV = "results.csv"
 BEST_WEIGHTS = ("weights", "best.pt")
-CHECKPOINT_NAME = re.compile(r"^(?:last|best)-\d{1,6}\.pt$")
+CHECKPOINT_NAME = re.compile(r"^(?:last|best)-(\d{1,6})\.pt$")
 MAX_PLOT_BYTES = 20 * 2**20
 MAX_RESULTS_CSV_BYTES = 20 * 2**20
 MAX_WEIGHTS_BYTES = 8 * 2**30
@@ -104,19 +104,26 @@ def run_file_open(base: Path, *parts: str, max_bytes: int) -> Iterator[BinaryIO]
         yield f
 
 
-def checkpoints_prune(base: Path, *parts: str, keep: set[str]) -> None:
+def checkpoints_prune(base: Path, *parts: str, stored: int) -> None:
     """Delete the attempt's stored-already checkpoints (last-<n>.pt, best-<n>.pt) in that one
-    folder, except `keep`. A link among them is removed itself, never what it points to."""
+    folder: those of epochs before `stored`. Later ones stay (their events may not have been
+    read yet: the supervisor can be behind the trainer). A link among them is removed itself,
+    never what it points to."""
+
+    def older(name: str) -> bool:
+        match = CHECKPOINT_NAME.match(name)
+        return bool(match) and int(match.group(1)) < stored
+
     if _BY_DESCRIPTOR:
         fd = _dir_open(base, parts)
         try:
             for name in os.listdir(fd):
-                if CHECKPOINT_NAME.match(name) and name not in keep:
+                if older(name):
                     os.unlink(name, dir_fd=fd)
         finally:
             os.close(fd)
         return
     folder = _path_checked(base, parts)
     for entry in folder.iterdir():
-        if CHECKPOINT_NAME.match(entry.name) and entry.name not in keep:
+        if older(entry.name):
             entry.unlink(missing_ok=True)

@@ -35,6 +35,13 @@ BATCH_EVENTS_PER_SECOND = 4
 CONTROL_CHECK_SECONDS = 0.5
 LOG_FLUSH_SECONDS = 0.5
 STREAM_MAXLEN = 50_000
+# While Redis is away: events wait on disk, up to this much, and are sent again this often.
+SPOOL_MAX_BYTES = 256 << 20
+SPOOL_RETRY_SECONDS = 0.25
+SPOOL_SEND_BATCH = 200
+SPOOL_DRAIN_SECONDS = 60.0  # at the end, how long to wait for Redis (the spec sets the lease)
+KEPT_ALWAYS = {"started", "train_start", "epoch", "checkpoint", "final", "train_end"}
+KEPT_ALWAYS |= {"done", "error"}  # never dropped from a full spool
 
 
 def _die_with_parent() -> None:
@@ -61,19 +68,75 @@ def _number(value):
     return number if number == number and abs(number) != float("inf") else None
 
 
+class Spool:
+    """Events not delivered yet, in order, on the trainer's own disk (one JSON line each): a
+    Redis that is away costs memory nothing. Bounded: once full, only the events a run cannot
+    do without are kept (epochs, checkpoints, results, the last word); console lines and
+    system samples past the bound are counted and said to be missing."""
+
+    def __init__(self, path: Path, max_bytes: int):
+        self.path, self.max_bytes = path, max_bytes
+        self._file = None
+        self.offset = self.size = 0
+        self.skipped = 0
+
+    def __bool__(self) -> bool:
+        return self.size > self.offset
+
+    def append(self, kind: str, fields: dict) -> None:
+        line = (json.dumps(fields) + "\n").encode()
+        if self.size + len(line) > self.max_bytes and kind not in KEPT_ALWAYS:
+            self.skipped += 1
+            return
+        if self._file is None:
+            self._file = open(self.path, "w+b")  # noqa: SIM115 - held while the process lives
+        self._file.seek(self.size)
+        self._file.write(line)
+        self._file.flush()
+        self.size += len(line)
+
+    def read(self, count: int) -> tuple[list[dict], int]:
+        """Up to `count` entries from the oldest, and the offset after them."""
+        self._file.seek(self.offset)
+        entries, offset = [], self.offset
+        while len(entries) < count and offset < self.size:
+            line = self._file.readline()
+            offset += len(line)
+            entries.append(json.loads(line))
+        return entries, offset
+
+    def advance(self, offset: int) -> None:
+        self.offset = offset
+        if self.offset >= self.size:  # all delivered: start the file again
+            self._file.truncate(0)
+            self.offset = self.size = 0
+
+
 class Events:
-    """Appends events to the job's stream in Redis; thread-safe; never raises into training."""
+    """Appends events to the job's stream in Redis; thread-safe; never raises into training.
+    While Redis is away, events wait in a spool on disk and are sent, in order, once it answers
+    again (the supervisor tells a resent event by its sequence number)."""
 
     def __init__(self, spec: dict):
         import redis
 
         self.spec = spec
-        self.redis = redis.Redis.from_url(spec["redis_url"], socket_timeout=5)
+        self.redis = redis.Redis.from_url(
+            spec["redis_url"], socket_timeout=5, socket_connect_timeout=2
+        )
         self.stream = spec["stream"]
         self.job = str(spec["job_id"])
         self.attempt = str(spec["attempt"])
         self._seq = 0
         self._lock = threading.Lock()
+        self.spool = Spool(
+            Path(spec["checkpoint_dir"]).parent / "events.spool",
+            int(spec.get("spool_max_bytes", SPOOL_MAX_BYTES)),
+        )
+        self.drain_seconds = float(spec.get("spool_drain_seconds", SPOOL_DRAIN_SECONDS))
+        self._away_since: float | None = None
+        self._stop = threading.Event()
+        threading.Thread(target=self._drain_loop, daemon=True).start()
 
     def _next(self) -> str:
         self._seq += 1
@@ -85,13 +148,60 @@ class Events:
             return
         with self._lock:
             fields = {"j": self.job, "a": self.attempt, "s": self._next(), "t": kind, "d": raw}
-            try:
-                self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
-            except Exception as e:  # noqa: BLE001 - training goes on without its events
-                sys.__stderr__.write(f"kestrel: event {kind} not sent: {e}\n")
+            if not self.spool:
+                try:
+                    self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
+                    return
+                except Exception as e:  # noqa: BLE001 - training goes on; the spool keeps it
+                    self._away_since = time.monotonic()
+                    sys.__stderr__.write(f"kestrel: Redis is away ({e}); keeping events on disk\n")
+            if kind == "batch" and not data.get("first"):
+                return  # progress only: the next batch says it again
+            self.spool.append(kind, fields)
+
+    def _drain_loop(self) -> None:
+        while not self._stop.wait(SPOOL_RETRY_SECONDS):
+            self._drain()
+
+    def _drain(self) -> bool:
+        """Send what the spool holds, oldest first; True once it is empty."""
+        if not self.spool:
+            return True
+        try:
+            self.redis.ping()  # without the lock: emit never waits on a Redis that is away
+        except Exception:  # noqa: BLE001 - still away
+            return False
+        with self._lock:
+            while self.spool:
+                entries, offset = self.spool.read(SPOOL_SEND_BATCH)
+                try:
+                    pipe = self.redis.pipeline(transaction=False)
+                    for fields in entries:
+                        pipe.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
+                    pipe.execute()
+                except Exception:  # noqa: BLE001 - away again: what was sent is sent again
+                    return False
+                self.spool.advance(offset)
+            away = time.monotonic() - (self._away_since or time.monotonic())
+            sys.__stderr__.write(f"kestrel: Redis is back after {away:.1f} s; events sent\n")
+            if self.spool.skipped:
+                note = (
+                    f"Kestrel: {self.spool.skipped} console or system messages were not kept "
+                    f"while Redis was away ({away:.0f} s)."
+                )
+                self.spool.skipped = 0
+                raw = _checked("log", {"lines": [note]})
+                fields = {"j": self.job, "a": self.attempt, "s": self._next(), "t": "log"}
+                try:
+                    self.redis.xadd(self.stream, {**fields, "d": raw}, maxlen=STREAM_MAXLEN)
+                except Exception as e:  # noqa: BLE001 - only the note is lost
+                    sys.__stderr__.write(f"kestrel: {note} (not sent: {e})\n")
+        return True
 
     def control(self) -> tuple[str | None, str | None]:
         """(attempt that owns the job, "stop" or None); (None, None) when it cannot be read."""
+        if self.spool:  # Redis away: keep training, look again once it is back
+            return None, None
         try:
             fence, control = self.redis.mget(self.spec["fence_key"], self.spec["control_key"])
         except Exception:  # noqa: BLE001 - Redis away: keep training, look again later
@@ -99,7 +209,14 @@ class Events:
         return (fence.decode() if fence else None), (control.decode() if control else None)
 
     def close(self) -> None:
-        """Everything emitted is delivered when this returns."""
+        """Everything emitted is delivered when this returns, unless Redis stayed away for
+        longer than the run's lease (the supervisor has given the attempt up by then)."""
+        deadline = time.monotonic() + self.drain_seconds
+        while not self._drain() and time.monotonic() < deadline:
+            time.sleep(SPOOL_RETRY_SECONDS)
+        self._stop.set()
+        if self.spool:
+            sys.__stderr__.write("kestrel: Redis stayed away; the last events were not sent\n")
 
 
 class HttpEvents(Events):

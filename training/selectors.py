@@ -338,6 +338,44 @@ def trainable_version_get(*, workspace: Workspace, pk: int) -> DatasetVersion:
     return version
 
 
+def job_watch(job: TrainingJob, now=None) -> dict:
+    """Whether anyone is watching the run, as the page's header says it: a supervisor whose
+    heartbeat is late (two beats missed; the reaper resumes it after three), or an attempt that
+    was lost and is being resumed. {"late": bool, "text": str, "silent_seconds": int|None}."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from training.models import ACTIVE_STATES
+
+    now = now or timezone.now()
+    where = (
+        f"from its epoch {job.checkpoint_epoch} checkpoint"
+        if job.checkpoint_epoch
+        else "from the start (no checkpoint was saved yet)"
+    )
+    if job.state in ACTIVE_STATES and job.heartbeat_at:
+        silent = (now - job.heartbeat_at).total_seconds()
+        if silent > 2 * settings.TRAINING_HEARTBEAT_SECONDS:
+            seconds = int(silent)
+            return {
+                "late": True,
+                "silent_seconds": seconds,
+                "text": f"No word from the machine for {_seconds(seconds)}; Kestrel will resume "
+                f"it {where} if it does not come back.",
+            }
+    if job.lost_attempts and job.state in (JobState.QUEUED, *ACTIVE_STATES[:2]):
+        return {
+            "late": False,
+            "silent_seconds": None,
+            "text": f"Attempt {job.attempts} was lost; Kestrel is resuming the run {where}.",
+        }
+    return {"late": False, "silent_seconds": None, "text": ""}
+
+
+def _seconds(seconds: int) -> str:
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60} s"
+
+
 def job_state_dict(job: TrainingJob) -> dict:
     """The job as the live page knows it: the event stream's `state` and `end` events and the
     page's starting data."""
@@ -356,4 +394,5 @@ def job_state_dict(job: TrainingJob) -> dict:
         "attempts": job.attempts,
         "stop_requested": job.stop_requested_at is not None,
         "cancel_requested": job.cancel_requested_at is not None,
+        "watch": job_watch(job),
     }

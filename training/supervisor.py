@@ -14,6 +14,7 @@ import shutil
 import socket
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import BinaryIO
 import redis
 from django.conf import settings
 from django.core.files.storage import FileSystemStorage, default_storage
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -70,6 +71,7 @@ from workspaces.services import ServiceError
 logger = logging.getLogger(__name__)
 
 PROGRESS_TTL = 3600
+SEEN_SEQS = 2000  # sequence numbers remembered to tell a resent event from an out-of-order one
 
 
 def stream_key(job_id: int) -> str:
@@ -89,12 +91,21 @@ def state_rev_key(job_id: int) -> str:
     return f"training:job:{job_id}:rev"
 
 
+def beat_key(job_id: int) -> str:
+    """The supervisor's latest heartbeat (Unix time): live pages notice a late one from it."""
+    return f"training:job:{job_id}:beat"
+
+
 def progress_key(job_id: int) -> str:
     return f"training:job:{job_id}:progress"
 
 
 def training_redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.TRAINING_REDIS_URL)
+    # Timeouts: a Redis that stops answering (not only one that refuses) is noticed, and waited
+    # out by whoever called (a stream read blocks for at most a second).
+    return redis.Redis.from_url(
+        settings.TRAINING_REDIS_URL, socket_timeout=10, socket_connect_timeout=3
+    )
 
 
 def job_progress(job: TrainingJob) -> dict | None:
@@ -187,6 +198,57 @@ def lease_take(job_id: int, worker: str) -> Lease:
     return Lease(job=job, attempt=attempt, worker=worker)
 
 
+# --- faults waited out ------------------------------------------------------------------------
+
+
+class _Fault:
+    """The Redis or database fault a supervisor is waiting out: since when, and its back-off."""
+
+    def __init__(self):
+        self.redis_since: float | None = None
+        self.database_since: float | None = None
+        self.delay = 0.1
+
+    def redis(self, job_id: int, error: Exception) -> float:
+        """Seconds Redis has been away."""
+        if self.redis_since is None:
+            self.redis_since = time.monotonic()
+            logger.warning("job %s: Redis is unreachable (%s); waiting for it", job_id, error)
+        return self.redis_seconds()
+
+    def redis_seconds(self) -> float:
+        return time.monotonic() - self.redis_since if self.redis_since is not None else 0.0
+
+    def database(self, job_id: int, error: Exception) -> None:
+        if self.database_since is None:
+            self.database_since = time.monotonic()
+            logger.warning("job %s: the database is unreachable (%s); reconnecting", job_id, error)
+
+    def wait(self, cap: float) -> None:
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, cap, 2.0)
+
+    def clear(self, job_id: int) -> None:
+        now = time.monotonic()
+        for what, since in (("Redis", self.redis_since), ("the database", self.database_since)):
+            if since is not None:
+                logger.warning("job %s: %s is back after %.1f s", job_id, what, now - since)
+        self.redis_since = self.database_since = None
+        self.delay = 0.1
+
+
+def db_connection_reset() -> None:
+    """Drop a connection the database ended (a restart, pg_terminate_backend); the next query
+    opens a new one."""
+    connection.close_if_unusable_or_obsolete()
+
+
+def _stream_id(entry_id: bytes | str) -> tuple[int, int]:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, n = text.partition("-")
+    return int(ms), int(n or 0)
+
+
 # --- one attempt --------------------------------------------------------------------------------
 
 
@@ -211,6 +273,10 @@ class Supervisor:
         self.canceling = False
         self.stop_sent = False
         self.last_seq = 0
+        self.seen: set[int] = set()  # the latest sequence numbers stored, in seen_order
+        self.seen_order: deque[int] = deque()
+        self.last_id = "0-0"  # the stream's cursor: the last entry stored
+        self.redis_gone = ""  # why the attempt ended for Redis' sake, if it did
 
     # -- helpers
     def _workdir(self) -> Path:
@@ -329,6 +395,9 @@ class Supervisor:
             "checkpoint_dir": str(Path(self.machine.workdir, *self._checkpoint_parts())),
             "workdir": self.machine.workdir,
             "system_sample_seconds": max(1.0, settings.TRAINING_HEARTBEAT_SECONDS / 2),
+            # At its end, the trainer waits this long for a Redis that is away: past the lease,
+            # this supervisor has given the attempt up.
+            "spool_drain_seconds": lease_seconds() + settings.TRAINING_HEARTBEAT_SECONDS,
             "env": ultralytics_env(
                 Path(self.machine.workdir) / "ultralytics-config",
                 offline=not settings.TRAINING_ALLOW_DOWNLOADS,
@@ -344,10 +413,7 @@ class Supervisor:
         spec_path = attempt_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         # A fresh stream for this attempt; the fence tells any older trainer to stop.
-        pipe = self.redis.pipeline()
-        pipe.delete(stream_key(job.pk), control_key(job.pk))
-        pipe.set(fence_key(job.pk), self.attempt.number, ex=7 * 24 * 3600)
-        pipe.execute()
+        self._redis_waiting(self._stream_fresh)
         if self.lost_lease:
             return
         self.handle = self.provider.start(
@@ -358,15 +424,43 @@ class Supervisor:
         )
         self._transition(JobState.RUNNING)
 
+    def _stream_fresh(self) -> None:
+        pipe = self.redis.pipeline()
+        pipe.delete(stream_key(self.job.pk), control_key(self.job.pk))
+        pipe.set(fence_key(self.job.pk), self.attempt.number, ex=7 * 24 * 3600)
+        pipe.execute()
+
+    def _redis_waiting(self, call) -> None:
+        """`call()`, Redis faults waited out with back-off for up to the lease's length."""
+        fault = _Fault()
+        while True:
+            try:
+                call()
+                fault.clear(self.job.pk)
+                return
+            except redis.RedisError as e:
+                if fault.redis(self.job.pk, e) > lease_seconds():
+                    raise
+                self._lease_renew()  # the reaper must not take a wait for a loss
+                fault.wait(settings.TRAINING_HEARTBEAT_SECONDS)
+
+    def _lease_renew(self) -> bool:
+        now = timezone.now()
+        renewed = TrainingJob.objects.filter(pk=self.job.pk, lease_owner=self.worker).update(
+            heartbeat_at=now, lease_until=now + timedelta(seconds=lease_seconds())
+        )
+        return bool(renewed)
+
     def _beat(self) -> None:
         """Heartbeat and lease renewal; read stop and cancel requests made since."""
         now = timezone.now()
-        updated = TrainingJob.objects.filter(pk=self.job.pk, lease_owner=self.worker).update(
-            heartbeat_at=now, lease_until=now + timedelta(seconds=lease_seconds())
-        )
-        if not updated:
+        if not self._lease_renew():
             self.lost_lease = True
             return
+        try:
+            self.redis.set(beat_key(self.job.pk), f"{time.time():.3f}", ex=PROGRESS_TTL)
+        except redis.RedisError:
+            pass  # pages read the heartbeat from the database meanwhile
         state, stop_at, cancel_at = (
             TrainingJob.objects.filter(pk=self.job.pk)
             .values_list("state", "stop_requested_at", "cancel_requested_at")
@@ -387,38 +481,77 @@ class Supervisor:
             self.redis.set(control_key(self.job.pk), "stop", ex=7 * 24 * 3600)
 
     def _follow(self) -> None:
+        """Until the trainer ends: beat, pass on cancel, read and store its events. A fault of
+        Redis or of the database is waited out (reconnecting with back-off, reading again from
+        the last event stored); only a Redis outage longer than the lease ends the attempt."""
         if self.handle is None:
             return
-        key = stream_key(self.job.pk)
-        last_id = "0-0"
         beat_every = settings.TRAINING_HEARTBEAT_SECONDS
         last_beat = 0.0
+        fault = _Fault()
         while True:
-            if time.monotonic() - last_beat >= beat_every:
-                last_beat = time.monotonic()
-                self._beat()
-                if self.lost_lease:  # another attempt owns the job: end ours, touch nothing
-                    self.provider.terminate(self.handle, force=True)
+            try:
+                if time.monotonic() - last_beat >= beat_every:
+                    self._beat()
+                    last_beat = time.monotonic()
+                    if self.lost_lease:  # another attempt owns the job: end ours, touch nothing
+                        self.provider.terminate(self.handle, force=True)
+                        return
+                if fault.redis_since is not None:
+                    self._redis_restore()
+                if self._read():
                     return
-            if not self.canceling and self.redis.get(control_key(self.job.pk)) == b"cancel":
-                self.canceling = True  # at once, not at the next heartbeat
-                self.provider.terminate(self.handle, force=True)
-            if self.outcome.done is not None or self.outcome.error:
-                # The trainer said its last word; it is exiting. Look often, not every second.
-                block, exited = 50, self.provider.exit_code(self.handle) is not None
-            else:
-                block, exited = int(min(1000, beat_every * 500)), False
-            if not exited:
-                exited = self.provider.exit_code(self.handle) is not None
-            # After the exit, everything it wrote is in the stream: one read without waiting.
-            for _, entries in (
-                self.redis.xread({key: last_id}, count=500, block=None if exited else block) or []
-            ):
-                for entry_id, fields in entries:
-                    last_id = entry_id
-                    self._handle(fields)
-            if exited and not self.redis.xread({key: last_id}, count=1):
-                return
+                fault.clear(self.job.pk)
+            except redis.RedisError as e:
+                if fault.redis(self.job.pk, e) > lease_seconds():
+                    self.provider.terminate(self.handle, force=True)
+                    self.redis_gone = (
+                        f"Kestrel could not reach Redis for {fault.redis_seconds():.0f} s, "
+                        "longer than the run's lease."
+                    )
+                    return
+                fault.wait(beat_every)
+            except (OperationalError, InterfaceError) as e:
+                fault.database(self.job.pk, e)
+                db_connection_reset()
+                fault.wait(beat_every)
+
+    def _read(self) -> bool:
+        """One read of the stream, each entry stored before the cursor moves past it. True once
+        the trainer has exited and everything it wrote is stored."""
+        key = stream_key(self.job.pk)
+        if not self.canceling and self.redis.get(control_key(self.job.pk)) == b"cancel":
+            self.canceling = True  # at once, not at the next heartbeat
+            self.provider.terminate(self.handle, force=True)
+        beat_every = settings.TRAINING_HEARTBEAT_SECONDS
+        if self.outcome.done is not None or self.outcome.error:
+            # The trainer said its last word; it is exiting. Look often, not every second.
+            block, exited = 50, self.provider.exit_code(self.handle) is not None
+        else:
+            block, exited = int(min(1000, beat_every * 500)), False
+        if not exited:
+            exited = self.provider.exit_code(self.handle) is not None
+        # After the exit, everything it wrote is in the stream: one read without waiting.
+        replies = self.redis.xread({key: self.last_id}, count=500, block=None if exited else block)
+        for _, entries in replies or []:
+            for entry_id, fields in entries:
+                self._handle(fields)
+                self.last_id = entry_id
+        return exited and not self.redis.xread({key: self.last_id}, count=1)
+
+    def _redis_restore(self) -> None:
+        """Redis answers again, perhaps empty (restarted without a disk): put back what this
+        attempt keeps there, and read the stream from its start if its ids went back in time
+        (the trainer's sequence numbers keep anything from being stored twice)."""
+        key = stream_key(self.job.pk)
+        pipe = self.redis.pipeline()
+        pipe.set(fence_key(self.job.pk), self.attempt.number, ex=7 * 24 * 3600)
+        if self.stop_sent:
+            pipe.set(control_key(self.job.pk), "stop", ex=7 * 24 * 3600)
+        pipe.xrevrange(key, count=1)
+        *_, top = pipe.execute()
+        if top and _stream_id(top[0][0]) < _stream_id(self.last_id):
+            self.last_id = "0-0"
 
     def _handle(self, fields: dict) -> None:
         """One stream entry, checked against the events' schema (a local trainer writes to the
@@ -439,15 +572,23 @@ class Supervisor:
             logger.warning("job %s: event %s refused: %s", self.job.pk, seq, e)
             self._drop()
             return
+        if seq in self.seen:
+            return  # sent again after a fault (its first copy arrived): nothing is lost
         if seq <= self.last_seq:
             self._drop()
             return
-        self.last_seq = seq
         try:
             getattr(self, f"_on_{kind}")(event, seq)
         except (KeyError, TypeError, ValueError, AttributeError, OSError):
             logger.warning("job %s: event %s %s dropped", self.job.pk, kind, seq, exc_info=True)
             self._drop()
+        # Only now: an event whose storing failed for the database's sake (OperationalError
+        # goes up to _follow) is read and stored again once it answers.
+        self.last_seq = seq
+        self.seen.add(seq)
+        self.seen_order.append(seq)
+        if len(self.seen_order) > SEEN_SEQS:
+            self.seen.discard(self.seen_order.popleft())
 
     def _drop(self) -> None:
         TrainingJob.objects.filter(pk=self.job.pk).update(dropped_events=F("dropped_events") + 1)
@@ -460,7 +601,10 @@ class Supervisor:
         """Ultralytics built the model and the loaders; batches follow."""
 
     def _on_batch(self, event: schema.Batch, seq: int) -> None:
-        self.redis.set(progress_key(self.job.pk), event.model_dump_json(), ex=PROGRESS_TTL)
+        try:
+            self.redis.set(progress_key(self.job.pk), event.model_dump_json(), ex=PROGRESS_TTL)
+        except redis.RedisError:
+            pass  # progress only: the next batch says it again
         if event.first and self.job.first_batch_at is None:
             self._save_job(first_batch_at=timezone.now())
 
@@ -492,7 +636,7 @@ class Supervisor:
             artifacts["best.pt (training)"] = self.job.best_key
         artifacts["last.pt"] = self.job.checkpoint_key
         self._save_job(checkpoint_epoch=event.epoch, artifacts=artifacts)
-        checkpoints_prune(base, *folder, keep=set(stored))  # stored now: keep this epoch's only
+        checkpoints_prune(base, *folder, stored=event.epoch)  # stored now: the older ones go
 
     def _on_log(self, event: schema.Log, seq: int) -> None:
         LogChunk.objects.bulk_create(
@@ -552,7 +696,10 @@ class Supervisor:
     def _cleanup(self) -> None:
         try:
             self.redis.delete(
-                stream_key(self.job.pk), control_key(self.job.pk), progress_key(self.job.pk)
+                stream_key(self.job.pk),
+                control_key(self.job.pk),
+                progress_key(self.job.pk),
+                beat_key(self.job.pk),
             )
         except redis.RedisError:
             logger.warning("job %s: could not remove its Redis keys", self.job.pk)
@@ -570,6 +717,9 @@ class Supervisor:
         meter(self.attempt.pk, timezone.now())  # the machine time up to the trainer's end
         if self.lost_lease:
             self._end_attempt(AttemptEnd.LOST, "Another attempt took the job over.")
+            return
+        if self.redis_gone:  # resumed from its last stored checkpoint, as any lost attempt
+            self._lost(self.redis_gone)
             return
         code = self.provider.exit_code(self.handle)
         if self.canceling:
@@ -731,10 +881,37 @@ def run_job(job_id: int) -> str:
     except LeaseHeld as e:
         logger.info("not running %s", e)
         return f"not run: {e}"
-    Supervisor(lease).run()
+    while True:
+        supervisor = Supervisor(lease)
+        supervisor.run()
+        # An attempt given up for Redis' sake is queued again, but its broker message went
+        # with Redis: once Redis answers, resume it here (a message that did get through finds
+        # the lease taken, and does nothing).
+        if not supervisor.redis_gone or not _redis_back():
+            break
+        try:
+            lease = lease_take(job_id, worker)
+        except LeaseHeld as e:
+            logger.info("not resuming %s", e)
+            break
     return (
         f"job {job_id} attempt {lease.attempt.number}: {TrainingJob.objects.get(pk=job_id).state}"
     )
+
+
+def _redis_back(patience: float = 600.0) -> bool:
+    """Wait, with back-off, for Redis to answer again; False if it stays away `patience` s
+    (the reaper then sends the queued job again)."""
+    deadline = time.monotonic() + patience
+    delay = 0.25
+    while time.monotonic() < deadline:
+        try:
+            training_redis().ping()
+            return True
+        except redis.RedisError:
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    return False
 
 
 def jobs_reap() -> int:

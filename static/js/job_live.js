@@ -167,6 +167,7 @@
     run.value = job.epochs_done;
     updateButtons();
     updateProgress();
+    applyWatch(job.watch);
     tick();
   }
 
@@ -690,6 +691,15 @@
     show(node, !!text);
   }
 
+  // Whether anyone is watching the run: a late heartbeat, or a lost attempt being resumed.
+  function applyWatch(watch) {
+    var node = testid("job-watch");
+    var text = (watch && watch.text) || "";
+    setText(node, text);
+    show(node, !!text);
+    if (node) node.classList.toggle("late", !!(watch && watch.late));
+  }
+
   function parse(event) {
     try {
       return JSON.parse(event.data);
@@ -764,6 +774,14 @@
     });
     stream.addEventListener("snapshot", function (event) { applySnapshot(parse(event)); });
     stream.addEventListener("state", function (event) { applyJob(parse(event)); });
+    stream.addEventListener("watch", function (event) {
+      job.watch = parse(event);
+      applyWatch(job.watch);
+    });
+    stream.addEventListener("feed", function (event) {
+      var d = parse(event);
+      note(d && d.text ? d.text : "");
+    });
     stream.addEventListener("batch", function (event) { applyBatch(parse(event)); });
     stream.addEventListener("epoch", function (event) {
       applyEpoch(parse(event));

@@ -317,7 +317,8 @@ def _concurrency_check(workspace) -> None:
 def _enqueue(job_id: int) -> None:
     from training.tasks import run_job
 
-    transaction.on_commit(lambda: run_job.delay(job_id))
+    # robust: with the broker away the job stays queued, and the reaper sends it again.
+    transaction.on_commit(lambda: run_job.delay(job_id), robust=True)
 
 
 def _require_job(access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:

@@ -1,0 +1,230 @@
+"""A real training job survives the faults a self-hosted stack meets: Redis restarted (briefly,
+or for long and coming back empty), the training worker killed, PostgreSQL dropping the
+supervisor's connections. Each run must end with every epoch exactly once, every console line,
+and every second of machine time charged once."""
+
+import os
+import threading
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from tests.reliability.conftest import log_lines_of
+from tests.training.conftest import job_reload, wait_for, wait_state
+from tests.training.test_engine import submit
+from training.metering import spent
+from training.models import AttemptEnd, EpochMetric, JobState, LogChunk, TrainingJob
+from training.supervisor import jobs_reap
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PRICE = "3.600"  # 1,000 micro-credits a second
+PER_SECOND = 1000
+
+
+@pytest.fixture
+def priced(gpu_local):
+    gpu_local.hourly_price = PRICE
+    gpu_local.save()
+    return gpu_local
+
+
+class TrainerLog:
+    """Keeps each attempt's console file (trainer.log) by a hard link made as soon as it
+    appears: the supervisor removes the run folder once the job succeeds."""
+
+    def __init__(self, job: TrainingJob, keep: Path):
+        self.folder = Path(django_settings.TRAINING_DIR) / "jobs" / str(job.pk)
+        self.keep = keep
+        self.kept: dict[int, Path] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            for log in self.folder.glob("attempt-*/trainer.log"):
+                number = int(log.parent.name.split("-")[1])
+                if number not in self.kept:
+                    target = self.keep / f"trainer-{number}.log"
+                    try:
+                        os.link(log, target)
+                    except OSError:
+                        continue
+                    self.kept[number] = target
+
+    def lines(self) -> Counter:
+        """Every line the trainers printed through Kestrel's console, progress bars aside
+        (stdout and stderr interleave in the file; the bars are checked per epoch instead),
+        and not the runner's own `kestrel:` notes, which are not part of the run's console."""
+        self._stop.set()
+        self._thread.join()
+        lines: Counter = Counter()
+        for path in self.kept.values():
+            text = path.read_text(errors="replace")
+            lines.update(ln for ln in log_lines_of(text) if _console(ln))
+        return lines
+
+
+def _console(line: str) -> bool:
+    return bool(line) and BAR not in line and "kestrel: " not in line
+
+
+BAR = "\x1b[K"  # Ultralytics redraws its progress bars after this
+
+
+def stored_lines(job: TrainingJob) -> Counter:
+    chunks = LogChunk.objects.filter(job=job).order_by("attempt", "seq")
+    return Counter(ln for c in chunks for ln in c.text.split("\n") if _console(ln))
+
+
+def assert_console_whole(job: TrainingJob, log: TrainerLog) -> None:
+    """Every console line stored once, and every epoch's finished progress bar."""
+    assert log.lines() == stored_lines(job)
+    chunks = LogChunk.objects.filter(job=job)
+    bars = [ln for c in chunks for ln in c.text.split("\n") if BAR in ln and "100%" in ln]
+    for epoch in range(1, job.epochs + 1):
+        assert any(f" {epoch}/{job.epochs} " in bar for bar in bars), f"epoch {epoch}'s bar"
+
+
+def assert_whole(job: TrainingJob, epochs: int, *, attempts: int = 1) -> None:
+    """Succeeded with every epoch exactly once, the right attempts, nothing dropped."""
+    assert job.state == JobState.SUCCEEDED, job.error
+    history = list(EpochMetric.objects.filter(job=job).order_by("epoch"))
+    assert [m.epoch for m in history] == list(range(1, epochs + 1))
+    rows = list(job.attempt_rows.order_by("number"))
+    assert len(rows) == attempts, [(r.number, r.end_reason, r.message) for r in rows]
+    assert rows[-1].end_reason == AttemptEnd.FINISHED
+    assert job.dropped_events == 0
+
+
+def assert_billed_once(job: TrainingJob) -> None:
+    """The seconds charged are the attempts' lifetimes, each charged once."""
+    rows = list(job.attempt_rows.all())
+    lifetimes = sum((r.ended_at - r.started_at).total_seconds() for r in rows)
+    billed = sum(r.billed_seconds for r in rows)
+    assert abs(billed - lifetimes) < 1.0, (billed, lifetimes)
+    charged = sum(int(Decimal(str(r.billed_seconds)) * PER_SECOND) for r in rows)
+    assert abs(spent(job) - charged) <= len(rows), (spent(job), charged)
+
+
+def mid_run(job: TrainingJob, epoch: int = 2) -> TrainingJob:
+    return wait_for(
+        lambda: (j := job_reload(job)).state == JobState.RUNNING and j.epochs_done >= epoch and j,
+        timeout=240,
+        what=f"epoch {epoch}",
+    )
+
+
+def test_redis_killed_for_a_second_mid_epoch_costs_the_run_nothing(
+    team, project, detect_version, priced, faulty, own_redis, tmp_path
+):
+    """Fault: Redis (broker, streams, keys) killed with SIGKILL for 1 s while the job trains.
+    Before: the supervisor's stream read raised, the trainer was killed and the job failed
+    ("Kestrel lost track of the run")."""
+    epochs = 14
+    job = submit(team, project, detect_version, priced, epochs=epochs)
+    log = TrainerLog(job, tmp_path)
+    faulty.start()
+    mid_run(job)
+    own_redis.outage(1.0)
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert_whole(job, epochs)
+    assert_console_whole(job, log)
+    assert_billed_once(job)
+
+
+def test_redis_gone_for_15_s_and_back_empty_costs_the_run_nothing(
+    team, project, detect_version, priced, faulty, own_redis, tmp_path
+):
+    """Fault: Redis killed for 15 s and started again without its data (streams, the attempt's
+    fence, queues and keys gone), shorter than the lease (6 s heartbeats: 18 s). The trainer
+    keeps its events on disk meanwhile and sends them once Redis is back."""
+    faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "6"
+    epochs = 40
+    job = submit(team, project, detect_version, priced, epochs=epochs)
+    log = TrainerLog(job, tmp_path)
+    faulty.start()
+    job = mid_run(job)
+    down_at = job.epochs_done
+    own_redis.outage(15.0)
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=400)
+    assert_whole(job, epochs)
+    assert_console_whole(job, log)
+    assert_billed_once(job)
+    assert down_at < epochs - 5  # the outage was mid-run, not after it
+
+
+def test_redis_away_longer_than_the_lease_ends_the_attempt_and_resumes_it(
+    team, project, detect_version, priced, faulty, own_redis
+):
+    """Fault: Redis away for longer than the lease (1 s heartbeats: 3 s). The attempt ends as
+    lost, with the reason, and the job is resumed from its last stored checkpoint as soon as
+    Redis is back, by the same worker (its broker message could not be sent meanwhile)."""
+    epochs = 30
+    job = submit(team, project, detect_version, priced, epochs=epochs)
+    faulty.start()
+    mid_run(job)
+    own_redis.outage(8.0)
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=400)
+    assert job.state == JobState.SUCCEEDED, job.error
+    rows = list(job.attempt_rows.order_by("number"))
+    assert len(rows) == 2
+    assert rows[0].end_reason == AttemptEnd.LOST and "Redis" in rows[0].message
+    history = list(EpochMetric.objects.filter(job=job).order_by("epoch"))
+    assert [m.epoch for m in history] == list(range(1, epochs + 1))
+    assert_billed_once(job)
+
+
+def test_the_training_worker_killed_mid_run_is_reaped_and_resumed(
+    team, project, detect_version, priced, faulty, tmp_path
+):
+    """Fault: the training worker killed with SIGKILL mid-run (its trainer dies with it). The
+    reaper resumes the job from its checkpoint on a new worker; the lost attempt is charged up
+    to its last heartbeat, never twice."""
+    epochs = 12
+    job = submit(team, project, detect_version, priced, epochs=epochs)
+    first = faulty.start()
+    mid_run(job)
+    faulty.kill(first)
+    wait_for(lambda: jobs_reap() > 0, timeout=30, every=0.5, what="the reaper")
+    faulty.start()
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert_whole(job, epochs, attempts=2)
+    assert "No heartbeat" in job.attempt_rows.get(number=1).message
+    assert_billed_once(job)
+
+
+@pytest.mark.skipif(
+    os.environ.get("DATABASE_URL", "").startswith("sqlite"), reason="PostgreSQL's own fault"
+)
+def test_postgres_dropping_the_supervisors_connections_loses_nothing(
+    team, project, detect_version, priced, faulty, tmp_path
+):
+    """Fault: PostgreSQL ends every connection to the test's database but the test's own
+    (pg_terminate_backend, as a restart or a failover does), three times mid-run. The
+    supervisor reconnects and stores each event once."""
+    epochs = 16
+    job = submit(team, project, detect_version, priced, epochs=epochs)
+    log = TrainerLog(job, tmp_path)
+    faulty.start()
+    job = mid_run(job)
+    terminated = 0
+    for _ in range(3):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            terminated += cursor.fetchone()[0]
+        time.sleep(1.5)
+    assert terminated >= 3  # the supervisor's connection, each time
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert_whole(job, epochs)
+    assert_console_whole(job, log)
+    assert_billed_once(job)
