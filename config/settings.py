@@ -127,7 +127,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Django's Redis cache, riding out a Redis that is away: a miss, not a 500.
+        "BACKEND": "config.cache.TolerantRedisCache",
         "LOCATION": env.str("CACHE_URL", default=REDIS_URL),
         "KEY_PREFIX": env.str("CACHE_KEY_PREFIX", default="kestrel"),
     }
@@ -252,6 +253,10 @@ CELERY_TASK_TIME_LIMIT = 15 * 60
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60 * 60}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_DEFAULT_QUEUE", default="default")
+# A broker (Redis) that goes away is reconnected to for as long as it takes, and the tasks
+# running meanwhile go on: a training run outlives a Redis restart (training/supervisor.py).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # Training runs have their own queue (workers sized for them); the reaper stays on default.
 TRAINING_QUEUE = env.str("TRAINING_QUEUE", default="training")
 CELERY_TASK_ROUTES = {"training.run_job": {"queue": TRAINING_QUEUE}}

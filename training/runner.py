@@ -95,15 +95,15 @@ class Spool:
         self._file.flush()
         self.size += len(line)
 
-    def read(self, count: int) -> tuple[list[dict], int]:
-        """Up to `count` entries from the oldest, and the offset after them."""
+    def read(self, count: int) -> list[tuple[dict, int]]:
+        """Up to `count` entries from the oldest, each with the offset after it."""
         self._file.seek(self.offset)
         entries, offset = [], self.offset
         while len(entries) < count and offset < self.size:
             line = self._file.readline()
             offset += len(line)
-            entries.append(json.loads(line))
-        return entries, offset
+            entries.append((json.loads(line), offset))
+        return entries
 
     def advance(self, offset: int) -> None:
         self.offset = offset
@@ -173,10 +173,11 @@ class Events:
             return False
         with self._lock:
             while self.spool:
-                entries, offset = self.spool.read(SPOOL_SEND_BATCH)
+                entries = self.spool.read(SPOOL_SEND_BATCH)
+                offset = entries[-1][1]
                 try:
                     pipe = self.redis.pipeline(transaction=False)
-                    for fields in entries:
+                    for fields, _ in entries:
                         pipe.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
                     pipe.execute()
                 except Exception:  # noqa: BLE001 - away again: what was sent is sent again
@@ -235,7 +236,11 @@ class HttpEvents(Events):
         self._seq = 0
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._pending: list[dict] = []
+        self.spool = Spool(  # what Kestrel has not taken yet, on this machine's disk
+            Path(spec["checkpoint_dir"]).parent / "events.spool",
+            int(spec.get("spool_max_bytes", SPOOL_MAX_BYTES)),
+        )
+        self._failing = False
         self._fence: str | None = None
         self._control: str | None = None
         self._stop = threading.Event()
@@ -247,9 +252,10 @@ class HttpEvents(Events):
         if raw is None:
             return
         with self._lock:
-            self._pending.append({"s": int(self._next()), "t": kind, "d": json.loads(raw)})
-            if len(self._pending) > 5000:  # Kestrel unreachable for long: keep the newest
-                del self._pending[:1000]
+            seq = int(self._next())
+            if self._failing and kind == "batch" and not data.get("first"):
+                return  # Kestrel unreachable: progress only, the next batch says it again
+            self.spool.append(kind, {"s": seq, "t": kind, "d": json.loads(raw)})
         if kind in self.URGENT:
             self._flush(tries=5)
 
@@ -261,9 +267,11 @@ class HttpEvents(Events):
         with self._send_lock:
             while True:
                 with self._lock:
-                    batch = _first_batch(self._pending)
+                    batch, offset = _first_batch(self.spool.read(MAX_EVENTS) if self.spool else [])
                 if not batch or not self._send(batch, tries=tries):
                     return
+                with self._lock:
+                    self.spool.advance(offset)
 
     def _send(self, batch: list[dict], *, tries: int) -> bool:
         """POST one batch; True once it is off the pending list (taken, or refused as
@@ -293,10 +301,10 @@ class HttpEvents(Events):
                     answer = {}
                 else:
                     sys.__stderr__.write(f"kestrel: events not sent ({e}); retrying\n")
+                    self._failing = True
                     time.sleep(min(2**attempt, 5))
                     continue
-            with self._lock:
-                del self._pending[: len(batch)]
+            self._failing = False
             if answer:
                 self._fence = str(answer.get("attempt") or self.attempt)
                 self._control = answer.get("control")
@@ -307,8 +315,18 @@ class HttpEvents(Events):
         return self._fence, self._control
 
     def close(self) -> None:
+        """Everything emitted is delivered when this returns, unless Kestrel stayed away for
+        longer than the run's lease."""
         self._stop.set()
-        self._flush(tries=5)
+        deadline = time.monotonic() + float(
+            self.spec.get("spool_drain_seconds", SPOOL_DRAIN_SECONDS)
+        )
+        while True:
+            self._flush(tries=1)
+            with self._lock:
+                if not self.spool or self._fence == "other" or time.monotonic() > deadline:
+                    return
+            time.sleep(SPOOL_RETRY_SECONDS)
 
 
 def _checked(kind: str, data: dict) -> str | None:
@@ -320,15 +338,16 @@ def _checked(kind: str, data: dict) -> str | None:
         return None
 
 
-def _first_batch(pending: list[dict]) -> list[dict]:
-    """The oldest pending events that fit in one request."""
-    batch, size = [], 100
-    for event in pending[:MAX_EVENTS]:
+def _first_batch(pending: list[tuple[dict, int]]) -> tuple[list[dict], int]:
+    """The oldest pending events that fit in one request, and the spool's offset after them."""
+    batch, size, offset = [], 100, 0
+    for event, after in pending[:MAX_EVENTS]:
         size += len(json.dumps(event)) + 2
         if batch and size > MAX_BODY_BYTES:
             break
         batch.append(event)
-    return batch
+        offset = after
+    return batch, offset
 
 
 def _detail(error) -> str:

@@ -228,3 +228,39 @@ def test_postgres_dropping_the_supervisors_connections_loses_nothing(
     assert_whole(job, epochs)
     assert_console_whole(job, log)
     assert_billed_once(job)
+
+
+def test_a_trainer_reporting_over_http_outlives_the_web_server_killed_mid_run(
+    team, project, detect_version, priced, faulty, tmp_path
+):
+    """Fault: the web server a remote trainer reports to (TRAINING_EVENTS_URL) killed with
+    SIGKILL mid-run and started again 4 s later. The trainer keeps its events on its own disk
+    meanwhile (before: in memory, the oldest dropped past 5,000) and sends them once the web
+    answers; the run ends with every epoch once and every console line."""
+    from tests.reliability.test_live_faults import Web
+
+    web = Web()
+    web.env.update(TRAINING_REDIS_URL=faulty.env["TRAINING_REDIS_URL"])
+    web.start()
+    faulty.env["TRAINING_EVENTS_URL"] = web.url
+    faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a lease (9 s) longer than the outage
+    epochs = 24
+    job = submit(team, project, detect_version, priced, epochs=epochs)
+    log = TrainerLog(job, tmp_path)
+    try:
+        faulty.start()
+        job = mid_run(job)
+        web.kill()
+        down_at = job_reload(job).epochs_done
+        spool = log.folder / "attempt-1" / "events.spool"
+        wait_for(lambda: spool.exists() and spool.stat().st_size > 0, timeout=10,
+                 what="events kept on the trainer's disk")  # fmt: skip
+        time.sleep(3)
+        web.start()
+        job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    finally:
+        web.kill()
+    assert_whole(job, epochs)
+    assert_console_whole(job, log)
+    assert_billed_once(job)
+    assert down_at < epochs - 3
