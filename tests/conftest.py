@@ -1,3 +1,4 @@
+import importlib
 import os
 import subprocess
 import sys
@@ -20,6 +21,34 @@ def _fresh_cache():
     """Rate limits and the cache live in Redis (a test-only database): start each test clean."""
     cache.clear()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _ledger_flushable_on_sqlite(request):
+    """SQLite empties tables for a transactional test's teardown with DELETE, which the
+    ledger's append-only trigger refuses (PostgreSQL's TRUNCATE passes row triggers): such a
+    test lifts the DELETE trigger just before that flush, and every test that uses the database
+    starts with it in place."""
+    names = request.fixturenames
+    marker = request.node.get_closest_marker("django_db")
+    transactional = "transactional_db" in names or "live_server" in names
+    transactional = transactional or bool(marker and marker.kwargs.get("transaction"))
+    if not (transactional or marker or "db" in names):
+        yield
+        return
+    request.getfixturevalue("transactional_db" if transactional else "db")
+    from django.db import connection
+
+    sqlite = connection.vendor == "sqlite"
+    if sqlite:
+        ledger = importlib.import_module("billing.migrations.0004_ledger_append_only")
+        with connection.cursor() as cursor:
+            for sql in ledger.SQLITE_UP:
+                cursor.execute(sql.replace("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS"))
+    yield
+    if sqlite and transactional:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER IF EXISTS billing_ledgerentry_no_delete")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from pathlib import Path
 
 from training.event_schema import (
@@ -39,6 +40,7 @@ STREAM_MAXLEN = 50_000
 SPOOL_MAX_BYTES = 256 << 20
 SPOOL_RETRY_SECONDS = 0.25
 SPOOL_SEND_BATCH = 200
+KEPT_CHECK_SECONDS = 0.5  # how often the trainer reads what the supervisor confirmed stored
 SPOOL_DRAIN_SECONDS = 60.0  # at the end, how long to wait for Redis (the spec sets the lease)
 KEPT_ALWAYS = {"started", "train_start", "epoch", "checkpoint", "final", "train_end"}
 KEPT_ALWAYS |= {"done", "error"}  # never dropped from a full spool
@@ -69,23 +71,29 @@ def _number(value):
 
 
 class Spool:
-    """Events not delivered yet, in order, on the trainer's own disk (one JSON line each): a
-    Redis that is away costs memory nothing. Bounded: once full, only the events a run cannot
-    do without are kept (epochs, checkpoints, results, the last word); console lines and
-    system samples past the bound are counted and said to be missing."""
+    """The trainer's events on its own disk, in order (one JSON line each), until Kestrel has
+    them: `sent` marks what went out, `kept` what Kestrel confirmed it stored. A Redis that is
+    away costs memory nothing, and one that comes back empty gets again what it lost (what went
+    out but was not confirmed). Bounded: once full, only the events a run cannot do without are
+    kept (epochs, checkpoints, results, the last word); console lines and system samples past
+    the bound are counted and said to be missing."""
+
+    COMPACT_BYTES = 1 << 20
 
     def __init__(self, path: Path, max_bytes: int):
         self.path, self.max_bytes = path, max_bytes
         self._file = None
-        self.offset = self.size = 0
+        self.kept = self.sent = self.size = 0
+        self._marks: deque[tuple[int, int]] = deque()  # (seq, offset after it), unconfirmed
         self.skipped = 0
 
     def __bool__(self) -> bool:
-        return self.size > self.offset
+        """Whether something is still to be sent."""
+        return self.size > self.sent
 
-    def append(self, kind: str, fields: dict) -> None:
+    def append(self, kind: str, fields: dict, seq: int, *, sent: bool = False) -> None:
         line = (json.dumps(fields) + "\n").encode()
-        if self.size + len(line) > self.max_bytes and kind not in KEPT_ALWAYS:
+        if self.size - self.kept + len(line) > self.max_bytes and kind not in KEPT_ALWAYS:
             self.skipped += 1
             return
         if self._file is None:
@@ -94,28 +102,63 @@ class Spool:
         self._file.write(line)
         self._file.flush()
         self.size += len(line)
+        self._marks.append((seq, self.size))
+        if sent and self.sent == self.size - len(line):
+            self.sent = self.size
 
     def read(self, count: int) -> list[tuple[dict, int]]:
-        """Up to `count` entries from the oldest, each with the offset after it."""
-        self._file.seek(self.offset)
-        entries, offset = [], self.offset
+        """Up to `count` entries not sent yet, oldest first, each with the offset after it."""
+        self._file.seek(self.sent)
+        entries, offset = [], self.sent
         while len(entries) < count and offset < self.size:
             line = self._file.readline()
             offset += len(line)
             entries.append((json.loads(line), offset))
         return entries
 
+    def sent_to(self, offset: int) -> None:
+        self.sent = max(self.sent, offset)
+
     def advance(self, offset: int) -> None:
-        self.offset = offset
-        if self.offset >= self.size:  # all delivered: start the file again
-            self._file.truncate(0)
-            self.offset = self.size = 0
+        """Sent and confirmed up to `offset` (a request's answer says so)."""
+        self.sent_to(offset)
+        while self._marks and self._marks[0][1] <= offset:
+            self.kept = self._marks.popleft()[1]
+        self._compact()
+
+    def kept_to(self, seq: int) -> None:
+        """Kestrel confirmed it stored every event up to sequence number `seq`."""
+        while self._marks and self._marks[0][0] <= seq and self._marks[0][1] <= self.sent:
+            self.kept = self._marks.popleft()[1]
+        self._compact()
+
+    def rewind(self) -> None:
+        """Send again all that was not confirmed (the Redis it went to may have lost it)."""
+        self.sent = self.kept
+
+    def _compact(self) -> None:
+        if self.kept == self.size:  # all confirmed: start the file again
+            if self._file is not None and self.size:
+                self._file.truncate(0)
+            self.kept = self.sent = self.size = 0
+        elif self.kept >= self.COMPACT_BYTES:  # keep only the unconfirmed tail
+            self._file.seek(self.kept)
+            tail = self._file.read(self.size - self.kept)
+            self._file.seek(0)
+            self._file.write(tail)
+            self._file.truncate(len(tail))
+            self._file.flush()
+            shift = self.kept
+            self._marks = deque((seq, end - shift) for seq, end in self._marks)
+            self.kept, self.sent, self.size = 0, self.sent - shift, self.size - shift
 
 
 class Events:
     """Appends events to the job's stream in Redis; thread-safe; never raises into training.
-    While Redis is away, events wait in a spool on disk and are sent, in order, once it answers
-    again (the supervisor tells a resent event by its sequence number)."""
+    Each event is kept in a spool on disk until the supervisor says it stored it (its `kept`
+    key): while Redis is away, events wait there and are sent in order once it answers again,
+    and what a Redis restarted empty lost is sent again (the supervisor tells a resent event by
+    its sequence number)."""
 
     def __init__(self, spec: dict):
         import redis
@@ -125,6 +168,7 @@ class Events:
             spec["redis_url"], socket_timeout=5, socket_connect_timeout=2
         )
         self.stream = spec["stream"]
+        self.kept_key = spec.get("kept_key") or f"{spec['stream']}:kept"
         self.job = str(spec["job_id"])
         self.attempt = str(spec["attempt"])
         self._seq = 0
@@ -142,30 +186,57 @@ class Events:
         self._seq += 1
         return str(self._seq)
 
+    def _away(self, error: Exception) -> None:
+        """Redis failed a call (under the lock): what it was not confirmed to keep is sent
+        again once it answers."""
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+            sys.__stderr__.write(f"kestrel: Redis is away ({error}); keeping events on disk\n")
+        self.spool.rewind()
+
     def emit(self, kind: str, data: dict) -> None:
         raw = _checked(kind, data)
         if raw is None:
             return
         with self._lock:
-            fields = {"j": self.job, "a": self.attempt, "s": self._next(), "t": kind, "d": raw}
-            if not self.spool:
-                try:
-                    self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
-                    return
-                except Exception as e:  # noqa: BLE001 - training goes on; the spool keeps it
-                    self._away_since = time.monotonic()
-                    sys.__stderr__.write(f"kestrel: Redis is away ({e}); keeping events on disk\n")
-            if kind == "batch" and not data.get("first"):
-                return  # progress only: the next batch says it again
-            self.spool.append(kind, fields)
+            seq = self._next()
+            fields = {"j": self.job, "a": self.attempt, "s": seq, "t": kind, "d": raw}
+            if self.spool or self._away_since is not None:
+                if kind == "batch" and not data.get("first"):
+                    return  # progress only: the next batch says it again
+                self.spool.append(kind, fields, int(seq))
+                return
+            try:
+                self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
+            except Exception as e:  # noqa: BLE001 - training goes on; the spool keeps it
+                self.spool.append(kind, fields, int(seq))
+                self._away(e)
+                return
+            if kind != "batch":  # progress is never sent again
+                self.spool.append(kind, fields, int(seq), sent=True)
 
     def _drain_loop(self) -> None:
+        confirmed = 0.0
         while not self._stop.wait(SPOOL_RETRY_SECONDS):
-            self._drain()
+            if self._drain() and time.monotonic() - confirmed >= KEPT_CHECK_SECONDS:
+                confirmed = time.monotonic()
+                self._confirmations()
+
+    def _confirmations(self) -> None:
+        """Forget what the supervisor says it stored."""
+        try:
+            kept = self.redis.get(self.kept_key)
+        except Exception as e:  # noqa: BLE001 - away: the next drain finds out
+            with self._lock:
+                self._away(e)
+            return
+        if kept:
+            with self._lock:
+                self.spool.kept_to(int(kept))
 
     def _drain(self) -> bool:
-        """Send what the spool holds, oldest first; True once it is empty."""
-        if not self.spool:
+        """Send what the spool holds, oldest first; True once it is all sent."""
+        if not self.spool and self._away_since is None:
             return True
         try:
             self.redis.ping()  # without the lock: emit never waits on a Redis that is away
@@ -174,49 +245,61 @@ class Events:
         with self._lock:
             while self.spool:
                 entries = self.spool.read(SPOOL_SEND_BATCH)
-                offset = entries[-1][1]
                 try:
                     pipe = self.redis.pipeline(transaction=False)
                     for fields, _ in entries:
                         pipe.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
                     pipe.execute()
-                except Exception:  # noqa: BLE001 - away again: what was sent is sent again
+                except Exception as e:  # noqa: BLE001 - away again: sent again later
+                    self._away(e)
                     return False
-                self.spool.advance(offset)
-            away = time.monotonic() - (self._away_since or time.monotonic())
-            sys.__stderr__.write(f"kestrel: Redis is back after {away:.1f} s; events sent\n")
-            if self.spool.skipped:
-                note = (
-                    f"Kestrel: {self.spool.skipped} console or system messages were not kept "
-                    f"while Redis was away ({away:.0f} s)."
-                )
-                self.spool.skipped = 0
-                raw = _checked("log", {"lines": [note]})
-                fields = {"j": self.job, "a": self.attempt, "s": self._next(), "t": "log"}
-                try:
-                    self.redis.xadd(self.stream, {**fields, "d": raw}, maxlen=STREAM_MAXLEN)
-                except Exception as e:  # noqa: BLE001 - only the note is lost
-                    sys.__stderr__.write(f"kestrel: {note} (not sent: {e})\n")
+                self.spool.sent_to(entries[-1][1])
+            if self._away_since is not None:
+                away = time.monotonic() - self._away_since
+                self._away_since = None
+                sys.__stderr__.write(f"kestrel: Redis is back after {away:.1f} s; events sent\n")
+                self._skipped_note(away)
         return True
+
+    def _skipped_note(self, away: float) -> None:
+        if not self.spool.skipped:
+            return
+        note = (
+            f"Kestrel: {self.spool.skipped} console or system messages were not kept "
+            f"while Redis was away ({away:.0f} s)."
+        )
+        self.spool.skipped = 0
+        seq = self._next()
+        raw = _checked("log", {"lines": [note]})
+        fields = {"j": self.job, "a": self.attempt, "s": seq, "t": "log", "d": raw}
+        self.spool.append("log", fields, int(seq))  # sent by the next drain
 
     def control(self) -> tuple[str | None, str | None]:
         """(attempt that owns the job, "stop" or None); (None, None) when it cannot be read."""
-        if self.spool:  # Redis away: keep training, look again once it is back
+        if self.spool or self._away_since is not None:  # Redis away: keep training
             return None, None
         try:
             fence, control = self.redis.mget(self.spec["fence_key"], self.spec["control_key"])
-        except Exception:  # noqa: BLE001 - Redis away: keep training, look again later
+        except Exception as e:  # noqa: BLE001 - Redis away: keep training, look again later
+            with self._lock:
+                self._away(e)
             return None, None
         return (fence.decode() if fence else None), (control.decode() if control else None)
 
     def close(self) -> None:
-        """Everything emitted is delivered when this returns, unless Redis stayed away for
-        longer than the run's lease (the supervisor has given the attempt up by then)."""
+        """Everything emitted is sent and confirmed stored when this returns, unless Redis
+        stayed away for longer than the run's lease (the supervisor has given the attempt up
+        by then)."""
         deadline = time.monotonic() + self.drain_seconds
-        while not self._drain() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if self._drain():
+                self._confirmations()
+                with self._lock:
+                    if self.spool.kept == self.spool.size:
+                        break
             time.sleep(SPOOL_RETRY_SECONDS)
         self._stop.set()
-        if self.spool:
+        if self.spool.kept != self.spool.size:
             sys.__stderr__.write("kestrel: Redis stayed away; the last events were not sent\n")
 
 
@@ -255,7 +338,7 @@ class HttpEvents(Events):
             seq = int(self._next())
             if self._failing and kind == "batch" and not data.get("first"):
                 return  # Kestrel unreachable: progress only, the next batch says it again
-            self.spool.append(kind, {"s": seq, "t": kind, "d": json.loads(raw)})
+            self.spool.append(kind, {"s": seq, "t": kind, "d": json.loads(raw)}, seq)
         if kind in self.URGENT:
             self._flush(tries=5)
 

@@ -78,6 +78,12 @@ def stream_key(job_id: int) -> str:
     return f"training:job:{job_id}:events"
 
 
+def kept_key(job_id: int) -> str:
+    """The sequence number up to which the supervisor stored the trainer's events: the trainer
+    keeps each event on its disk until then (training.runner.Spool)."""
+    return f"training:job:{job_id}:kept"
+
+
 def control_key(job_id: int) -> str:
     return f"training:job:{job_id}:control"
 
@@ -276,6 +282,7 @@ class Supervisor:
         self.seen: set[int] = set()  # the latest sequence numbers stored, in seen_order
         self.seen_order: deque[int] = deque()
         self.last_id = "0-0"  # the stream's cursor: the last entry stored
+        self.kept_seq = 0  # what the trainer was last told was stored
         self.redis_gone = ""  # why the attempt ended for Redis' sake, if it did
 
     # -- helpers
@@ -391,6 +398,7 @@ class Supervisor:
             "redis_url": settings.TRAINING_REDIS_URL,
             "stream": stream_key(job.pk),
             "control_key": control_key(job.pk),
+            "kept_key": kept_key(job.pk),
             "fence_key": fence_key(job.pk),
             "checkpoint_dir": str(Path(self.machine.workdir, *self._checkpoint_parts())),
             "workdir": self.machine.workdir,
@@ -426,7 +434,7 @@ class Supervisor:
 
     def _stream_fresh(self) -> None:
         pipe = self.redis.pipeline()
-        pipe.delete(stream_key(self.job.pk), control_key(self.job.pk))
+        pipe.delete(stream_key(self.job.pk), control_key(self.job.pk), kept_key(self.job.pk))
         pipe.set(fence_key(self.job.pk), self.attempt.number, ex=7 * 24 * 3600)
         pipe.execute()
 
@@ -537,6 +545,9 @@ class Supervisor:
             for entry_id, fields in entries:
                 self._handle(fields)
                 self.last_id = entry_id
+        if self.last_seq != self.kept_seq:  # stored: the trainer may forget them
+            self.redis.set(kept_key(self.job.pk), self.last_seq, ex=7 * 24 * 3600)
+            self.kept_seq = self.last_seq
         return exited and not self.redis.xread({key: self.last_id}, count=1)
 
     def _redis_restore(self) -> None:
@@ -546,6 +557,7 @@ class Supervisor:
         key = stream_key(self.job.pk)
         pipe = self.redis.pipeline()
         pipe.set(fence_key(self.job.pk), self.attempt.number, ex=7 * 24 * 3600)
+        pipe.set(kept_key(self.job.pk), self.last_seq, ex=7 * 24 * 3600)
         if self.stop_sent:
             pipe.set(control_key(self.job.pk), "stop", ex=7 * 24 * 3600)
         pipe.xrevrange(key, count=1)
@@ -700,6 +712,7 @@ class Supervisor:
                 control_key(self.job.pk),
                 progress_key(self.job.pk),
                 beat_key(self.job.pk),
+                kept_key(self.job.pk),
             )
         except redis.RedisError:
             logger.warning("job %s: could not remove its Redis keys", self.job.pk)

@@ -218,6 +218,7 @@ def _trainer_run(weights: Path, work: Path) -> str:
         "checkpoint_dir": str(work / "checkpoints"),
         "workdir": str(work),
         "system_sample_seconds": 60,
+        "spool_drain_seconds": 0,  # no supervisor confirms what it stored: do not wait for one
         "env": ultralytics_env(work / "ultralytics-config", offline=True),
     }
     spec_path = work / "spec.json"
