@@ -326,3 +326,73 @@ def test_a_finished_job_draws_its_charts_and_results_without_a_stream(
     assert not browser_problems.page_errors, browser_problems.page_errors
     assert not browser_problems.console_errors, browser_problems.console_errors
     assert not browser_problems.bad_responses, browser_problems.bad_responses
+
+
+def test_the_header_says_when_nobody_is_watching_the_run(
+    new_page, screenshot, browser_problems, asgi_server, team
+):
+    """A run whose machine went quiet (its training worker died): the header says for how long
+    and what Kestrel will do, then that the run is being resumed, then nothing once the new
+    attempt beats; the page is never reloaded."""
+    from django.conf import settings
+
+    from training.supervisor import beat_key
+
+    cache.clear()
+    access = team.access("owner")
+    project = Project.objects.create(workspace=team.workspace, name="Birds", created_by=team.owner)
+    quiet = timezone.now() - timedelta(seconds=2 * settings.TRAINING_HEARTBEAT_SECONDS + 23)
+    job = job_row(
+        project=project,
+        version=small_version(access=access),
+        gpu=local_gpu(),
+        user=team.owner,
+        name="quiet run",
+        state=JobState.RUNNING,
+        attempts=1,
+        epochs=150,
+        batch=4,
+        started_at=timezone.now() - timedelta(minutes=5),
+    )
+    TrainingJob.objects.filter(pk=job.pk).update(
+        epochs_done=11, checkpoint_epoch=10, heartbeat_at=quiet
+    )
+    Trainer(job)  # an empty stream
+    page = new_page("editor")
+    log_in(page, team.editor.email, asgi_server)
+    page.goto(f"{asgi_server}/w/acme/training/jobs/{job.pk}/")
+    page.evaluate("window.__samePage = true")
+    watch = page.locator("[data-testid=job-watch]")
+    assert watch.is_visible()
+    assert watch.inner_text().startswith("No word from the machine for 2")
+    assert "resume it from its epoch 10 checkpoint if it does not come back" in watch.inner_text()
+    page.locator("#job-live[data-stream=open]").wait_for()
+    screenshot(page, "late-heartbeat")
+
+    # The reaper gives the attempt up: the job is queued again, as lost.
+    TrainingJob.objects.filter(pk=job.pk).update(
+        state=JobState.QUEUED, lost_attempts=1, lease_owner=""
+    )
+    job_state_bump(job.pk)
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=job-watch]').textContent.startsWith("
+        "'Attempt 1 was lost')"
+    )
+    assert page.inner_text("[data-testid=job-state]") == "Queued"
+    screenshot(page, "resuming")
+
+    # The new attempt runs and beats: the notice goes.
+    redis = training_redis()
+    TrainingJob.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING, attempts=2, heartbeat_at=timezone.now()
+    )
+    job_state_bump(job.pk)
+    deadline = time.monotonic() + 20
+    while not page.locator("[data-testid=job-watch]").is_hidden():
+        assert time.monotonic() < deadline, page.inner_text("[data-testid=job-watch]")
+        TrainingJob.objects.filter(pk=job.pk).update(heartbeat_at=timezone.now())
+        redis.set(beat_key(job.pk), f"{time.time():.3f}")
+        time.sleep(0.3)
+    assert page.evaluate("window.__samePage") is True
+    assert not browser_problems.page_errors, browser_problems.page_errors
+    assert not browser_problems.console_errors, browser_problems.console_errors
