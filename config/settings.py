@@ -16,7 +16,7 @@ from csp.constants import NONE, SELF
 from config.secrets import install_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / "var"
+VAR_DIR = BASE_DIR / environ.Env().str("KESTREL_VAR_DIR", default="var")  # scripts/run.sh sets it
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)

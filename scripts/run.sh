@@ -1,47 +1,88 @@
 #!/usr/bin/env bash
-# Quick start: migrate, seed, then web (uvicorn) + Celery worker + Celery beat until Ctrl-C.
+# Quick start: migrate, seed, then web (uvicorn), a Celery worker, a training worker, the model
+# server and Celery beat under supervisord (scripts/supervisord.conf) until Ctrl-C. A program
+# that dies is started again; one that keeps dying at start is given up on, and says so here.
+# Logs are appended in $KESTREL_VAR_DIR/log/ (default var/log/), rotated by size.
+# Environment: HOST, PORT (8000), INFERENCE_PORT (8765), REDIS_URL, KESTREL_VAR_DIR (var),
+# KESTREL_SEED_DEMO=0 to skip the demo seed; the rest is read by config/settings.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+CONF=scripts/supervisord.conf
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
-export REDIS_URL
-mkdir -p var/media var/log
+INFERENCE_PORT=${INFERENCE_PORT:-8765}
+# Everything this command writes (database, media, secret key, logs, supervisord's socket) goes
+# under KESTREL_VAR_DIR; settings read it too. Absolute, since supervisord's programs need it so.
+var_dir=${KESTREL_VAR_DIR:-var}
+mkdir -p "$var_dir/media" "$var_dir/log"
+KESTREL_VAR_DIR=$(cd "$var_dir" && pwd)
+# The web forwards predictions to the model server started here (unless told another).
+INFERENCE_URL=${INFERENCE_URL:-http://127.0.0.1:$INFERENCE_PORT}
+PYTHONUNBUFFERED=1 # programs' output reaches their logs as it is written
+export HOST PORT REDIS_URL INFERENCE_PORT INFERENCE_URL KESTREL_VAR_DIR PYTHONUNBUFFERED
+socket_url=unix://$KESTREL_VAR_DIR/supervisor.sock
+ctl() { .venv/bin/supervisorctl -c "$CONF" "$@"; }
+redis_answers() {
+  $PY -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=1).ping()" "$REDIS_URL" 2>/dev/null
+}
 
-pids=()
-cleanup() {
-  trap - INT TERM EXIT
-  echo
-  echo "Stopping Kestrel..."
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+sv_pid=""
+ours="" # set once our supervisord answers on the socket: only then is there anything to stop
+stop_all() {
+  trap - EXIT
+  trap '' INT TERM # a second Ctrl-C must not leave supervisord's programs behind
+  if [ -n "$sv_pid" ] && kill -0 "$sv_pid" 2>/dev/null; then
+    echo
+    echo "Stopping Kestrel (running tasks get up to 30 s to finish)..."
+    kill -TERM "$sv_pid" 2>/dev/null || true
+  fi
+  if [ -n "$sv_pid" ]; then wait "$sv_pid" 2>/dev/null || true; fi
+  if [ -z "$ours" ]; then return; fi # another run's supervisord holds the socket: leave it be
   # Dedicated endpoints run detached (they outlive a worker's restart); with everything else
   # gone, stop them too. Those meant to run start again with the next `make run`.
   $PY manage.py deployments_halt 2>/dev/null || true
+  # Whatever supervisord started and did not stop (it was killed, say) still names its socket
+  # in its environment: stop that too, so the next `make run` finds its ports free.
+  $PY - "$socket_url" <<'EOF' || true
+import os, sys, psutil
+left = []
+for proc in psutil.process_iter():
+    try:
+        if proc.pid != os.getpid() and proc.environ().get("SUPERVISOR_SERVER_URL") == sys.argv[1]:
+            left.append(proc)
+    except psutil.Error:
+        pass
+for proc in left:
+    proc.terminate()
+_, alive = psutil.wait_procs(left, timeout=10)
+for proc in alive:
+    proc.kill()
+if left:
+    print(f"Stopped {len(left)} process(es) supervisord had left running.")
+EOF
   echo "Stopped."
 }
-trap cleanup INT TERM EXIT
+on_exit() {
+  local status=$?
+  stop_all
+  exit "$status"
+}
+on_signal() {
+  stop_all
+  exit 0
+}
+trap on_exit EXIT
+trap on_signal INT TERM
 
-# Redis: use the one that answers; else start one that lives as long as this command.
-if ! $PY -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=1).ping()" "$REDIS_URL" 2>/dev/null; then
+# Redis: use the one that answers; else supervisord runs one as long as this command.
+KESTREL_START_REDIS=false
+KESTREL_REDIS_PORT=$($PY -c "import sys,urllib.parse as u; print(u.urlparse(sys.argv[1]).port or 6379)" "$REDIS_URL")
+if ! redis_answers; then
   if command -v redis-server >/dev/null; then
-    redis_port=$($PY -c "import sys,urllib.parse as u; print(u.urlparse(sys.argv[1]).port or 6379)" "$REDIS_URL")
-    echo "No Redis answered at $REDIS_URL; starting redis-server on port $redis_port (stops with Ctrl-C)."
-    redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
-      --dir "$PWD/var" --logfile "$PWD/var/log/redis.log" &
-    pids+=($!)
-    redis_up=""
-    for _ in $(seq 50); do
-      if $PY -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=1).ping()" "$REDIS_URL" 2>/dev/null; then
-        redis_up=1; break
-      fi
-      sleep 0.1
-    done
-    if [ -z "$redis_up" ]; then
-      echo "redis-server did not start; see var/log/redis.log." >&2
-      exit 1
-    fi
+    echo "No Redis answered at $REDIS_URL; starting redis-server on port $KESTREL_REDIS_PORT (stops with Ctrl-C)."
+    KESTREL_START_REDIS=true
   else
     echo "Kestrel needs Redis at $REDIS_URL and none answered." >&2
     echo "Install it (Debian/Ubuntu: sudo apt-get install redis-server; macOS: brew install redis)," >&2
@@ -49,35 +90,59 @@ if ! $PY -c "import redis,sys; redis.Redis.from_url(sys.argv[1], socket_timeout=
     exit 1
   fi
 fi
+export KESTREL_START_REDIS KESTREL_REDIS_PORT
+
+# supervisord in the foreground, as this command's child: its lines (spawned, exited, gave up)
+# show here and in supervisord.log. The Kestrel programs wait (autostart=false) for migrations.
+.venv/bin/supervisord -n -c "$CONF" &
+sv_pid=$!
+until [ "$(ctl pid 2>/dev/null)" = "$sv_pid" ]; do
+  if ! kill -0 "$sv_pid" 2>/dev/null; then
+    echo "supervisord did not start (see above; is Kestrel already running?)." >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+ours=1
+if [ "$KESTREL_START_REDIS" = true ]; then
+  for _ in $(seq 50); do
+    redis_answers && break
+    sleep 0.1
+  done
+  if ! redis_answers; then
+    echo "redis-server did not start; see $var_dir/log/redis.log." >&2
+    exit 1
+  fi
+fi
 
 $PY manage.py migrate --noinput -v0
-$PY manage.py seed_demo
+if [ "${KESTREL_SEED_DEMO:-1}" != 0 ]; then
+  $PY manage.py seed_demo
+fi
 
-# Live job pages hold their event streams open for hours: on stop, give them 5 s, then close
-# (browsers reconnect by themselves and resume with Last-Event-ID).
-# config.web: uvicorn, believing X-Forwarded-For only from TRUSTED_PROXIES (none by default).
-$PY -m config.web --host "$HOST" --port "$PORT" --log-level warning \
-  --timeout-graceful-shutdown 5 &
-pids+=($!)
-.venv/bin/celery -A config worker -Q default --concurrency 2 --loglevel INFO \
-  >var/log/worker.log 2>&1 &
-pids+=($!)
-# Training jobs one at a time on this machine, in a worker of their own: a long run never
-# holds up imports and thumbnails.
-.venv/bin/celery -A config worker -Q training --concurrency 1 --hostname "training@%h" \
-  --loglevel INFO >var/log/training.log 2>&1 &
-pids+=($!)
-# The shared inference API's model server (warm models, micro-batched); web forwards to it.
-$PY -m deploy.inference --host 127.0.0.1 --port 8765 --name shared >var/log/inference.log 2>&1 &
-pids+=($!)
-.venv/bin/celery -A config beat --schedule var/celerybeat-schedule --loglevel INFO \
-  >var/log/beat.log 2>&1 &
-pids+=($!)
+# `supervisorctl start` would wait out each program's startsecs; the web answering is what this
+# command waits for, and supervisord reports the others.
+$PY -c 'import sys; from supervisor.childutils import getRPCInterface as rpc
+rpc({"SUPERVISOR_SERVER_URL": sys.argv[1]}).supervisor.startProcessGroup("kestrel", False)' "$socket_url"
 
-for _ in $(seq 100); do
-  $PY -c "import sys,urllib.request as r; r.urlopen(sys.argv[1], timeout=1)" "http://$HOST:$PORT/accounts/login/" 2>/dev/null && break
+web_up=""
+for _ in $(seq 300); do
+  kill -0 "$sv_pid" 2>/dev/null || break
+  if $PY -c "import sys,urllib.request as r; r.urlopen(sys.argv[1], timeout=1)" "http://$HOST:$PORT/accounts/login/" 2>/dev/null; then
+    web_up=1
+    break
+  fi
   sleep 0.2
 done
 echo
-echo "Kestrel is running at http://$HOST:$PORT/  (worker, training, inference and beat logs in var/log/; Ctrl-C stops all)"
-wait -n "${pids[@]}" || true
+if [ -n "$web_up" ]; then
+  echo "Kestrel is running at http://$HOST:$PORT/  (logs in ${var_dir%/}/log/; Ctrl-C stops all)"
+else
+  echo "The web server did not answer at http://$HOST:$PORT/; see ${var_dir%/}/log/web.log." >&2
+fi
+
+status=0
+wait "$sv_pid" || status=$?
+sv_pid=""
+echo "supervisord exited (status $status): Kestrel has stopped." >&2
+exit 1
