@@ -131,6 +131,7 @@ CACHES = {
         "BACKEND": "config.cache.TolerantRedisCache",
         "LOCATION": env.str("CACHE_URL", default=REDIS_URL),
         "KEY_PREFIX": env.str("CACHE_KEY_PREFIX", default="kestrel"),
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
     }
 }
 
@@ -252,11 +253,11 @@ CELERY_TASK_SOFT_TIME_LIMIT = 10 * 60
 CELERY_TASK_TIME_LIMIT = 15 * 60
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60 * 60}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_DEFAULT_QUEUE", default="default")
 # A broker (Redis) that goes away is reconnected to for as long as it takes, and the tasks
 # running meanwhile go on: a training run outlives a Redis restart (training/supervisor.py).
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_DEFAULT_QUEUE", default="default")
 # Training runs have their own queue (workers sized for them); the reaper stays on default.
 TRAINING_QUEUE = env.str("TRAINING_QUEUE", default="training")
 CELERY_TASK_ROUTES = {"training.run_job": {"queue": TRAINING_QUEUE}}
