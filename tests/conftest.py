@@ -15,6 +15,19 @@ from tests.workspaces.factories import MembershipFactory, UserFactory, Workspace
 from workspaces.models import Role, User, Workspace
 from workspaces.selectors import workspace_access_for_user
 
+# Files that take minutes (real training, whole stacks started and killed) run first: under
+# pytest-xdist's --dist loadfile a worker takes a file at a time in this order, so the long
+# ones overlap the many short ones instead of ending the run alone.
+SLOW_FIRST = ("tests/reliability/", "tests/training/test_engine.py", "tests/browser/")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        path = item.nodeid  # tests/reliability/test_x.py::test_y
+        return next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: each file keeps its own order
+
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():

@@ -65,7 +65,7 @@ def test_each_process_of_make_run_killed_leaves_the_job_unharmed(
     checkpoint). Before: the first death stopped all of Kestrel and the job sat "running"."""
     gpu_local.hourly_price = "3.600"
     gpu_local.save()
-    epochs = 60
+    epochs = 40
     job = submit(team, project, detect_version, gpu_local, epochs=epochs)
     mid_run(job)
     for name in ("web", "worker", "inference", "beat", "redis"):

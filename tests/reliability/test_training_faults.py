@@ -146,7 +146,7 @@ def test_redis_gone_for_15_s_and_back_empty_costs_the_run_nothing(
     fence, queues and keys gone), shorter than the lease (6 s heartbeats: 18 s). The trainer
     keeps its events on disk meanwhile and sends them once Redis is back."""
     faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "6"
-    epochs = 40
+    epochs = 24
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
     faulty.start()
@@ -166,11 +166,11 @@ def test_redis_away_longer_than_the_lease_ends_the_attempt_and_resumes_it(
     """Fault: Redis away for longer than the lease (1 s heartbeats: 3 s). The attempt ends as
     lost, with the reason, and the job is resumed from its last stored checkpoint as soon as
     Redis is back, by the same worker (its broker message could not be sent meanwhile)."""
-    epochs = 30
+    epochs = 14
     job = submit(team, project, detect_version, priced, epochs=epochs)
     faulty.start()
     mid_run(job)
-    own_redis.outage(8.0)
+    own_redis.outage(6.0)
     job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=400)
     assert job.state == JobState.SUCCEEDED, job.error
     rows = list(job.attempt_rows.order_by("number"))
@@ -244,7 +244,7 @@ def test_a_trainer_reporting_over_http_outlives_the_web_server_killed_mid_run(
     web.start()
     faulty.env["TRAINING_EVENTS_URL"] = web.url
     faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a lease (9 s) longer than the outage
-    epochs = 24
+    epochs = 16
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
     try:
