@@ -12,6 +12,10 @@ if _WORKER.startswith("gw") and not os.environ.get("KESTREL_XDIST_SPLIT"):
     for _name, _db in (("REDIS_URL", 14), ("CELERY_BROKER_URL", 13)):
         _base, _, _number = os.environ.get(_name, f"redis://127.0.0.1:6379/{_db}").rpartition("/")
         os.environ[_name] = f"{_base}/{int(_number) - 2 * _index}"
+    # And folders of its own: the controller's (inherited) would be shared, and two workers'
+    # databases hand out the same ids (model 58's exports in both).
+    os.environ["MEDIA_ROOT"] = tempfile.mkdtemp(prefix=f"kestrel-test-media-{_WORKER}-")
+    os.environ["TRAINING_DIR"] = tempfile.mkdtemp(prefix=f"kestrel-test-training-{_WORKER}-")
     os.environ["KESTREL_XDIST_SPLIT"] = "1"
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kestrel")

@@ -16,5 +16,7 @@ if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0
 fi
 .venv/bin/python manage.py collectstatic --noinput -v0
 # In parallel (pytest-xdist), a test file per worker at a time: a file's session fixtures (a
-# model server, trained checkpoints) are made once. TEST_WORKERS=0 runs it in one process.
-exec .venv/bin/pytest -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
+# model server, trained checkpoints) are made once. Three workers on two cores: a good part of
+# the suite waits on processes it started (servers, trainers, faults), and a third worker fills
+# that. TEST_WORKERS=0 runs it in one process.
+exec .venv/bin/pytest -n "${TEST_WORKERS:-3}" --dist loadfile --durations=25 "$@"

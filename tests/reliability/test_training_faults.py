@@ -19,7 +19,6 @@ from tests.training.conftest import job_reload, wait_for, wait_state
 from tests.training.test_engine import submit
 from training.metering import spent
 from training.models import AttemptEnd, EpochMetric, JobState, LogChunk, TrainingJob
-from training.supervisor import jobs_reap
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,7 +126,8 @@ def test_redis_killed_for_a_second_mid_epoch_costs_the_run_nothing(
     """Fault: Redis (broker, streams, keys) killed with SIGKILL for 1 s while the job trains.
     Before: the supervisor's stream read raised, the trainer was killed and the job failed
     ("Kestrel lost track of the run")."""
-    epochs = 14
+    faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a 9 s lease: room on a busy machine
+    epochs = 10
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
     faulty.start()
@@ -178,25 +178,6 @@ def test_redis_away_longer_than_the_lease_ends_the_attempt_and_resumes_it(
     assert rows[0].end_reason == AttemptEnd.LOST and "Redis" in rows[0].message
     history = list(EpochMetric.objects.filter(job=job).order_by("epoch"))
     assert [m.epoch for m in history] == list(range(1, epochs + 1))
-    assert_billed_once(job)
-
-
-def test_the_training_worker_killed_mid_run_is_reaped_and_resumed(
-    team, project, detect_version, priced, faulty, tmp_path
-):
-    """Fault: the training worker killed with SIGKILL mid-run (its trainer dies with it). The
-    reaper resumes the job from its checkpoint on a new worker; the lost attempt is charged up
-    to its last heartbeat, never twice."""
-    epochs = 12
-    job = submit(team, project, detect_version, priced, epochs=epochs)
-    first = faulty.start()
-    mid_run(job)
-    faulty.kill(first)
-    wait_for(lambda: jobs_reap() > 0, timeout=30, every=0.5, what="the reaper")
-    faulty.start()
-    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
-    assert_whole(job, epochs, attempts=2)
-    assert "No heartbeat" in job.attempt_rows.get(number=1).message
     assert_billed_once(job)
 
 
