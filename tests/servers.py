@@ -30,6 +30,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def web_start(port: int, env: dict) -> subprocess.Popen:
+    """`python -m config.web` (as make run serves it) on `port`, in a session of its own, once
+    it answers a page."""
+    command = [sys.executable, "-m", "config.web"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            url = f"http://127.0.0.1:{port}/accounts/login/"
+            urllib.request.urlopen(url, timeout=2).read()  # noqa: S310
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("uvicorn did not start") from None
+            time.sleep(0.3)
+
+
 @contextlib.contextmanager
 def app_server(**env_extra: str) -> Iterator[str]:
     """Start uvicorn on this test's database and storage; yield its base URL; stop it."""
@@ -44,20 +63,8 @@ def app_server(**env_extra: str) -> Iterator[str]:
         "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,
         **env_extra,
     }
-    command = [sys.executable, "-m", "config.web"]  # as make run serves it
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    proc = web_start(port, env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/accounts/login/", timeout=2).read()  # noqa: S310
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError("uvicorn did not start") from None
-            time.sleep(0.3)
     try:
         yield url
     finally:

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from datetime import timedelta
@@ -17,7 +16,7 @@ from django.conf import settings
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from tests.servers import ROOT, free_port, subprocess_database_url
+from tests.servers import free_port, subprocess_database_url, web_start
 from tests.training.test_engine import submit
 from tests.training.test_live import emit, parse
 from training.live import event_stream
@@ -173,18 +172,7 @@ class Web:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "config.web", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--log-level", "warning"]
-        self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.url}/accounts/login/", timeout=2).read()  # noqa: S310
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError("the web server did not start") from None
-                time.sleep(0.2)
+        self.proc = web_start(self.port, self.env)
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
