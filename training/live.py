@@ -24,7 +24,7 @@ from django.urls import path
 
 from training.models import EpochMetric, LogChunk, SystemSample, TrainingJob
 from training.selectors import job_state_dict
-from training.supervisor import beat_key, progress_key, state_rev_key, stream_key
+from training.supervisor import beat_key, progress_key, state_rev_key, stream_id, stream_key
 from workspaces.selectors import workspace_access_for_user
 
 SNAPSHOT_LOG_LINES = 2000
@@ -335,14 +335,9 @@ async def _stream_restored(client, key: str, cursor: str) -> str:
     """The cursor to read on from once Redis is back: from the stream's start when its ids went
     back in time (a Redis restarted empty; sequence numbers keep anything from showing twice)."""
     top = await client.xrevrange(key, count=1)
-    if top and _stream_id(top[0][0].decode()) < _stream_id(cursor):
+    if top and stream_id(top[0][0]) < stream_id(cursor):
         return "0-0"
     return cursor
-
-
-def _stream_id(text: str) -> tuple[int, int]:
-    ms, _, n = text.partition("-")
-    return int(ms), int(n or 0)
 
 
 async def job_events(request: HttpRequest, ws_slug: str, pk: int) -> HttpResponse:

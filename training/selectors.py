@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import (
     Case,
     CharField,
@@ -23,9 +24,11 @@ from django.db.models import (
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat, Lower, LPad, Now
 from django.http import Http404
+from django.utils import timezone
 
 from datasets.models import DatasetVersion, Task
 from training.models import (
+    ACTIVE_STATES,
     FINAL_STATES,
     EpochMetric,
     JobState,
@@ -338,15 +341,14 @@ def trainable_version_get(*, workspace: Workspace, pk: int) -> DatasetVersion:
     return version
 
 
+# A lost attempt's job on its way back: queued again, getting and preparing a machine.
+RESUMING_STATES = (JobState.QUEUED, JobState.PROVISIONING, JobState.PREPARING)
+
+
 def job_watch(job: TrainingJob, now=None) -> dict:
     """Whether anyone is watching the run, as the page's header says it: a supervisor whose
     heartbeat is late (two beats missed; the reaper resumes it after three), or an attempt that
     was lost and is being resumed. {"late": bool, "text": str, "silent_seconds": int|None}."""
-    from django.conf import settings
-    from django.utils import timezone
-
-    from training.models import ACTIVE_STATES
-
     now = now or timezone.now()
     where = (
         f"from its epoch {job.checkpoint_epoch} checkpoint"
@@ -363,7 +365,7 @@ def job_watch(job: TrainingJob, now=None) -> dict:
                 "text": f"No word from the machine for {_seconds(seconds)}; Kestrel will resume "
                 f"it {where} if it does not come back.",
             }
-    if job.lost_attempts and job.state in (JobState.QUEUED, *ACTIVE_STATES[:2]):
+    if job.lost_attempts and job.state in RESUMING_STATES:
         return {
             "late": False,
             "silent_seconds": None,

@@ -249,7 +249,8 @@ def db_connection_reset() -> None:
     connection.close_if_unusable_or_obsolete()
 
 
-def _stream_id(entry_id: bytes | str) -> tuple[int, int]:
+def stream_id(entry_id: bytes | str) -> tuple[int, int]:
+    """A stream entry's id as (ms, n), to compare ids across a Redis restart."""
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     ms, _, n = text.partition("-")
     return int(ms), int(n or 0)
@@ -562,7 +563,7 @@ class Supervisor:
             pipe.set(control_key(self.job.pk), "stop", ex=7 * 24 * 3600)
         pipe.xrevrange(key, count=1)
         *_, top = pipe.execute()
-        if top and _stream_id(top[0][0]) < _stream_id(self.last_id):
+        if top and stream_id(top[0][0]) < stream_id(self.last_id):
             self.last_id = "0-0"
 
     def _handle(self, fields: dict) -> None:
