@@ -88,10 +88,16 @@ def job_list(*, workspace: Workspace) -> QuerySet[TrainingJob]:
 
 
 class _EpochSeconds(Func):
-    """Seconds in a PostgreSQL interval."""
+    """Seconds in the difference of two datetimes: a PostgreSQL interval, or on SQLite the
+    microseconds Django's django_timestamp_diff() gives."""
 
     template = "EXTRACT(EPOCH FROM %(expressions)s)"
     output_field = FloatField()
+
+    def as_sqlite(self, compiler, connection, **extra_context):
+        return self.as_sql(
+            compiler, connection, template="((%(expressions)s) / 1000000.0)", **extra_context
+        )
 
 
 def _training_seconds() -> Func:
