@@ -3,9 +3,9 @@ default, and in .env.example.
 
 The settings' reads are recorded as they happen: config.settings is imported in a fresh
 interpreter whose os.environ notes each name that config/settings.py itself (directly or through
-django-environ) asks for, in each of its branches (quick start; production with PostgreSQL, a
-connection pool and S3; workers' persistent connections). Names read elsewhere (the model server's tuning, scripts/run.sh) are
-found in the source.
+django-environ) asks for, in each of its branches (quick start; workers on PostgreSQL;
+production with a connection pool and S3). Names read elsewhere (the model server's tuning,
+scripts/run.sh) are found in the source.
 """
 
 import json
