@@ -58,8 +58,10 @@ def _short(account: CreditAccount, amount: int) -> InsufficientCredits:
 
 
 @transaction.atomic
-def account_for(workspace: Workspace) -> CreditAccount:
-    """The workspace's account, opened (with the plan's signup credits) the first time."""
+def account_open(workspace: Workspace) -> CreditAccount:
+    """Open the workspace's account with the plan's signup credits, the grant dated when the
+    workspace was created; the account as it is when it is open already. Workspace creation
+    calls this in its own transaction."""
     account, created = CreditAccount.objects.get_or_create(
         workspace=workspace, defaults={"workspace_slug": workspace.slug}
     )
@@ -70,8 +72,15 @@ def account_for(workspace: Workspace) -> CreditAccount:
             kind=EntryKind.GRANT,
             amount=workspace.plan.signup_credits,
             reason=f"Signup credits ({workspace.plan.name} plan)",
+            created_at=workspace.created_at,
         )
     return account
+
+
+def account_for(workspace: Workspace) -> CreditAccount:
+    """The workspace's account. A workspace made before accounts opened with it opens its own
+    now, its signup grant still dated at the workspace's creation, not at this first look."""
+    return account_open(workspace)
 
 
 def _locked(workspace: Workspace) -> CreditAccount:

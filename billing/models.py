@@ -1,5 +1,6 @@
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 MICRO = 1_000_000  # micro-credits in one credit; one credit is one US dollar
 
@@ -154,7 +155,9 @@ class LedgerEntry(models.Model):
         related_name="+",
     )
     reason = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # When the movement happened: now, except a signup grant, dated when its workspace was
+    # created (billing.ledger.account_open). Never changed afterwards (append-only).
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -58,6 +58,9 @@ def _workspace_create(
         created_by=user,
     )
     Membership.objects.create(workspace=workspace, user=user, role=Role.OWNER)
+    from billing.ledger import account_open  # billing.ledger imports this module's ServiceError
+
+    account_open(workspace)  # the signup credits, granted now, in this transaction
     return workspace
 
 
