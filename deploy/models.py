@@ -118,6 +118,8 @@ class UsageDay(models.Model):
     calls = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
     images = models.PositiveIntegerField(default=0)
+    # Milliseconds the web spent on the answered calls (calls - errors), from the request's start
+    # to the model server's answer: their mean is the latency the deployment page shows.
     total_ms = models.FloatField(default=0)
     # "key:model:deployment" ids (0: none), so one row per combination on every database.
     scope = models.CharField(max_length=60)

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from django.db.models import Case, Exists, FloatField, OuterRef, QuerySet, Subquery, Sum, When
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, NullIf
 from django.utils import timezone
 
 from deploy.models import Deployment, ExportState, ModelExport, UsageDay
@@ -55,6 +55,19 @@ def inference_usage(*, workspace, days: int = 30) -> dict:
             rows.values("model_id", "model__name").annotate(**totals).order_by("-calls")
         ),
     }
+
+
+def deployment_usage_by_day(*, deployment: Deployment, days: int = 14) -> list[dict]:
+    """Calls, errors and the mean latency of the answered calls (ms; None when none was
+    answered) per day of the deployment's endpoint, newest first."""
+    answered = NullIf(Sum("calls") - Sum("errors"), 0)
+    return list(
+        UsageDay.objects.filter(deployment=deployment)
+        .values("day")
+        .annotate(mean_ms=Sum("total_ms") / answered)  # before calls and errors take the names
+        .annotate(calls=Sum("calls"), errors=Sum("errors"))
+        .order_by("-day")[:days]
+    )
 
 
 def models_for_table(*, workspace: Workspace) -> QuerySet[TrainedModel]:

@@ -24,7 +24,8 @@ def usage_count(
     if not ok:
         pipe.hincrby(PENDING, f"{base}|errors", 1)
     pipe.hincrby(PENDING, f"{base}|images", images)
-    pipe.hincrbyfloat(PENDING, f"{base}|total_ms", round(ms, 3))
+    if ok:  # the time of answered calls only: a refusal's few milliseconds are not latency
+        pipe.hincrbyfloat(PENDING, f"{base}|total_ms", round(ms, 3))
     pipe.execute()
 
 

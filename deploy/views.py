@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from deploy import services, supervisor
 from deploy.models import Deployment, DeploymentState, UsageDay
+from deploy.selectors import deployment_usage_by_day
 from training.models import TrainedModel
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -94,9 +95,7 @@ def deployment_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse
     deployment = _deployment(access, pk)
     running = deployment.state == DeploymentState.RUNNING
     usage = UsageDay.objects.filter(deployment=deployment).select_related("api_key")
-    by_day = list(
-        usage.values("day").annotate(calls=Sum("calls"), errors=Sum("errors")).order_by("-day")[:14]
-    )
+    by_day = deployment_usage_by_day(deployment=deployment)
     by_key = list(
         usage.values("api_key__name", "api_key__prefix")
         .annotate(calls=Sum("calls"), errors=Sum("errors"))

@@ -100,13 +100,6 @@ class ModelStats:
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
     def snapshot(self, *, loaded: bool) -> dict[str, Any]:
-        ordered = sorted(self.latencies_ms)
-
-        def percentile(p: float) -> float | None:
-            if not ordered:
-                return None
-            return round(ordered[min(len(ordered) - 1, math.ceil(p * len(ordered)) - 1)], 2)
-
         return {
             "name": self.name,
             "loaded": loaded,
@@ -114,9 +107,20 @@ class ModelStats:
             "errors": self.errors,
             "images": self.images,
             "batches": self.batches,
-            "p50_ms": percentile(0.50),
-            "p95_ms": percentile(0.95),
+            **latency_percentiles(self.latencies_ms),
         }
+
+
+def latency_percentiles(latencies_ms) -> dict[str, float | None]:
+    """p50_ms and p95_ms (nearest rank) of recent requests; None before the first."""
+    ordered = sorted(latencies_ms)
+
+    def percentile(p: float) -> float | None:
+        if not ordered:
+            return None
+        return round(ordered[min(len(ordered) - 1, math.ceil(p * len(ordered)) - 1)], 2)
+
+    return {"p50_ms": percentile(0.50), "p95_ms": percentile(0.95)}
 
 
 @dataclass
@@ -387,10 +391,16 @@ class Engine:
         return runner
 
     def stats(self) -> dict[str, Any]:
+        """The process's counts and latency (all its models together: what a dedicated
+        endpoint's page shows), then each model key's own."""
         loaded = set(self._runners)
+        requests = sum(s.requests for s in self._stats.values())
+        errors = sum(s.errors for s in self._stats.values())
         return {
-            "requests": sum(s.requests for s in self._stats.values()),
-            "errors": sum(s.errors for s in self._stats.values()),
+            "requests": requests,
+            "errors": errors,
+            "error_rate": round(errors / requests, 4) if requests else None,
+            **latency_percentiles(ms for s in self._stats.values() for ms in s.latencies_ms),
             "batches": self.batches,
             "images": self.images,
             "uptime_s": round(time.monotonic() - self.started, 1),

@@ -5,7 +5,8 @@ Kestrel's web processes (the shared API) or to one deployment's callers (a dedic
 
 Routes (JSON; errors are {"detail": "..."}, never a traceback):
   GET  /health   no auth. {"ok", "pid", "name", "models": [loaded keys], "device"}
-  GET  /stats    auth. Per model key: requests, errors, images, batches, p50_ms, p95_ms.
+  GET  /stats    auth. requests, errors, error_rate, p50_ms, p95_ms of the whole process, then
+                 per model key: requests, errors, images, batches, p50_ms, p95_ms.
   POST /predict  auth. Body: the image's bytes. Query: conf, iou, imgsz, max_det (and the
                  Platform's normalize, decimals). Headers: X-Model-Path (absolute .pt/.onnx),
                  X-Model-Key (cache key), X-Model-Name (shown in the answer; may be
