@@ -21,6 +21,7 @@ from training.services.arguments import (
     extra_args_parse,
 )
 from training.services.jobs import job_cancel, job_resume, job_stop, job_submit
+from training.services.jobs_resume import job_resume_refusal
 from training.services.models import model_promote
 from training.supervisor import job_progress
 from workspaces.models import Project
@@ -93,6 +94,11 @@ class JobOut(Schema):
     state: str
     is_final: bool
     error: str
+    failure_kind: str = Field(description="Why it failed (training.models.FailureKind), or empty.")
+    resumable: bool = Field(
+        description="Whether resume can help (stopped, or failed in a way "
+        "another attempt may get past)."
+    )
     progress: dict | None = Field(description="The running job's latest batch.")
     latest_metrics: dict
     final_metrics: dict
@@ -158,6 +164,8 @@ def job_out(job: TrainingJob, *, workspace_slug: str) -> JobOut:
         state=job.state,
         is_final=job.is_final,
         error=job.error,
+        failure_kind=job.failure_kind,
+        resumable=not job_resume_refusal(job),
         progress=job_progress(job) if job.is_active else None,
         latest_metrics=job.latest_metrics,
         final_metrics=job.final_metrics,

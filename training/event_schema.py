@@ -139,6 +139,9 @@ class Done(_Data):
 
 class Error(_Data):
     message: Annotated[str, StringConstraints(max_length=20_000)]
+    # What failed, as training.models.FailureKind names it (whether Resume can help); a trainer
+    # that does not say is taken to have failed while training.
+    kind: Literal["weights", "download", "start", "oom", "crash"] | None = None
 
 
 EVENT_KINDS: dict[str, type[_Data]] = {

@@ -6,7 +6,12 @@ from django import forms
 
 from datasets.models import DatasetVersion, Task
 from training.models import ModelFamily, ModelSize, TrainedModel, WeightsSource
-from training.services.arguments import TrainParams, ultralytics_config
+from training.services.arguments import (
+    PretrainedWeights,
+    TrainParams,
+    pretrained_weights_find,
+    ultralytics_config,
+)
 
 
 def version_label(version: DatasetVersion) -> str:
@@ -36,6 +41,23 @@ class BatchField(forms.CharField):
             raise forms.ValidationError("Batch is “auto” or a whole number, e.g. 16.") from None
 
 
+class WeightsSelect(forms.RadioSelect):
+    """Where the weights come from; a source this server cannot give now is shown disabled
+    (the form says why next to it)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unavailable: set[str] = set()
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        if value in self.unavailable:
+            option["attrs"] = {**option["attrs"], "disabled": True}
+            option["attrs"].pop("checked", None)
+            option["selected"] = False
+        return option
+
+
 class TrainForm(forms.Form):
     name = forms.CharField(
         max_length=100,
@@ -55,12 +77,12 @@ class TrainForm(forms.Form):
     model_family = forms.ChoiceField(choices=ModelFamily.choices, initial=ModelFamily.YOLO26)
     model_size = forms.ChoiceField(choices=ModelSize.choices, initial=ModelSize.N)
     weights = forms.ChoiceField(
-        choices=WeightsSource.choices, initial=WeightsSource.PRETRAINED, widget=forms.RadioSelect
+        choices=WeightsSource.choices, initial=WeightsSource.PRETRAINED, widget=WeightsSelect
     )
     base_model = forms.ChoiceField(
         required=False,
         label="Model to fine-tune",
-        help_text="Only with “A previous Kestrel model”.",
+        help_text="Only with “A previous Kestrel model”, whose own family and size it keeps.",
     )
     epochs = forms.IntegerField(initial=100)
     imgsz = forms.IntegerField(
@@ -100,6 +122,57 @@ class TrainForm(forms.Form):
             grouped.setdefault(Task(model.task).label, []).append((str(model.pk), model.name))
         self.fields["base_model"].choices = [("", "—"), *grouped.items()]
         self.fields["optimizer"].choices = [(n, n) for n in ultralytics_config().optimizers]
+        self.version_tasks = {str(v.pk): v.dataset.task for v in versions}
+        # The pretrained weights of the model the form shows: offered only when this server
+        # has them or may download them, and then the default.
+        self.pretrained = pretrained_weights_find(*self._model_shown())
+        if not self.pretrained.available:
+            self.fields["weights"].widget.unavailable = {WeightsSource.PRETRAINED}
+        if not self.is_bound and "weights" not in self.initial:
+            default = (
+                WeightsSource.PRETRAINED if self.pretrained.available else WeightsSource.SCRATCH
+            )
+            self.initial = {**self.initial, "weights": default}
+
+    def _model_shown(self) -> tuple[str, str, str]:
+        """(family, size, task) as the form shows them now, read leniently."""
+        family, size = self["model_family"].value(), self["model_size"].value()
+        version = self["dataset_version"].value()
+        task = self["task"].value() or self.version_tasks.get(str(getattr(version, "pk", version)))
+        return (
+            family if family in ModelFamily.values else ModelFamily.YOLO26,
+            size if size in ModelSize.values else ModelSize.N,
+            task if task in Task.values else Task.DETECT,
+        )
+
+    def pretrained_choices(self) -> dict:
+        """For the page's script: what the weights choice says for each family, size and task
+        (the same function the submit and the supervisor ask), and each version's task."""
+        weights = {}
+        for family in ModelFamily.values:
+            for size in ModelSize.values:
+                for task in Task.values:
+                    found: PretrainedWeights = pretrained_weights_find(family, size, task)
+                    weights[f"{family} {size} {task}"] = {
+                        "available": found.available,
+                        "note": found.note,
+                    }
+        return {"weights": weights, "version_tasks": self.version_tasks}
+
+    def clean(self):
+        data = super().clean()
+        if data.get("weights") == WeightsSource.PRETRAINED and data.get("dataset_version"):
+            task = data.get("task") or data["dataset_version"].dataset.task
+            family, size = data.get("model_family"), data.get("model_size")
+            if family and size:
+                found = pretrained_weights_find(family, size, task)
+                if not found.available:
+                    self.add_error(
+                        "weights",
+                        f"No pretrained weights: {found.reason}. Pick “From scratch”, or ask "
+                        "whoever runs this server to put the file there.",
+                    )
+        return data
 
     def clean_base_model(self) -> TrainedModel | None:
         return self.models.get(self.cleaned_data.get("base_model") or "")

@@ -46,6 +46,7 @@ FORWARDED = {"batch", "epoch", "log", "system"}
 _STREAM_ID = re.compile(r"^\d+-\d+$")
 _JOB_FIELDS = (  # what job_state_dict reads
     "id",
+    "name",
     "state",
     "epochs",
     "epochs_done",
@@ -54,6 +55,7 @@ _JOB_FIELDS = (  # what job_state_dict reads
     "started_at",
     "finished_at",
     "error",
+    "failure_kind",
     "attempts",
     "stop_requested_at",
     "cancel_requested_at",

@@ -69,6 +69,23 @@ class WeightsSource(models.TextChoices):
     MODEL = "model", "A previous Kestrel model"
 
 
+class FailureKind(models.TextChoices):
+    """Why a job failed, which says whether Resume can help
+    (training.services.jobs_resume.job_resume_refusal). Blank: it did not fail, or it failed
+    before Kestrel kept the kind."""
+
+    # Would fail the same way again: Resume is not offered.
+    REFUSED = "refused", "Refused while preparing"  # the machine, data, settings or weights
+    DOWNLOAD = "download", "Weights download failed"
+    WEIGHTS = "weights", "Weights refused"
+    START = "start", "Training could not start"  # Ultralytics refused model, data or arguments
+    # May go through another time: Resume is offered (the first two only from a checkpoint).
+    OUT_OF_MEMORY = "oom", "Out of memory"
+    CRASH = "crash", "Failed while training"
+    LOST = "lost", "Lost too many times"
+    PLATFORM = "platform", "Kestrel's own error"
+
+
 class TrainingJob(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="jobs")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
@@ -129,6 +146,7 @@ class TrainingJob(models.Model):
         null=True, blank=True, help_text="Micro-credits this job may spend at most; then it stops."
     )
     error = models.TextField(blank=True)
+    failure_kind = models.CharField(max_length=10, choices=FailureKind.choices, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -559,6 +559,7 @@ class Callbacks:
         self.ckpt_dir = Path(spec["checkpoint_dir"])
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.stop_requested = False
+        self.started = False  # Ultralytics built the model and loaders, and began training
         self.pending_checkpoint: dict | None = None
         self.in_epoch = False
         self.batch = 0
@@ -589,6 +590,7 @@ class Callbacks:
             print("Kestrel: stop requested; finishing this batch, then validating and saving.")
 
     def on_train_start(self, trainer) -> None:
+        self.started = True
         self.events.emit(
             "train_start",
             {
@@ -723,6 +725,20 @@ def _final_results(trainer) -> dict:
     return out
 
 
+def failure_kind(error: BaseException, *, started: bool) -> str:
+    """The FailureKind of what ended the trainer: whether another attempt could go through.
+    Before training began, the same model, data and arguments fail the same way again."""
+    torch = sys.modules.get("torch")
+    out_of_memory = getattr(torch, "OutOfMemoryError", None) if torch else None
+    said_so = "out of memory" in str(error).lower()
+    if said_so or (out_of_memory is not None and isinstance(error, out_of_memory)):
+        return "oom"
+    if not started:
+        # Ultralytics raises ConnectionError for a file it could not download.
+        return "download" if isinstance(error, ConnectionError) else "start"
+    return "crash"
+
+
 def run(spec: dict) -> int:
     events = events_for(spec)
     stdout, stderr = LogTee(events, sys.stdout), LogTee(events, sys.stderr)
@@ -763,10 +779,12 @@ def run(spec: dict) -> int:
             model.train(**spec["train_args"])
     except UnsafeWeights as e:
         print(f"Kestrel: weights refused: {e}")
-        outcome = ("error", {"message": f"The weights file was refused: {e}."})
+        outcome = ("error", {"message": f"The weights file was refused: {e}.", "kind": "weights"})
     except BaseException as e:  # noqa: BLE001 - every failure becomes a readable reason
         traceback.print_exc()
-        outcome = ("error", {"message": f"{type(e).__name__}: {e}".strip()[:2000]})
+        message = f"{type(e).__name__}: {e}".strip()[:2000]
+        started = bool(callbacks and callbacks.started)
+        outcome = ("error", {"message": message, "kind": failure_kind(e, started=started)})
     else:
         outcome = ("done", {"stopped": bool(callbacks and callbacks.stop_requested)})
     finally:

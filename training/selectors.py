@@ -37,6 +37,7 @@ from training.models import (
     TrainedModel,
     TrainingJob,
 )
+from training.services.jobs_resume import job_resume_refusal
 from workspaces.models import Project, Workspace
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_object
 
@@ -387,6 +388,7 @@ def _seconds(seconds: int) -> str:
 def job_state_dict(job: TrainingJob) -> dict:
     """The job as the live page knows it: the event stream's `state` and `end` events and the
     page's starting data."""
+    refusal = job_resume_refusal(job)
     return {
         "id": job.pk,
         "state": job.state,
@@ -403,4 +405,7 @@ def job_state_dict(job: TrainingJob) -> dict:
         "stop_requested": job.stop_requested_at is not None,
         "cancel_requested": job.cancel_requested_at is not None,
         "watch": job_watch(job),
+        # Resume is shown only where it can help; a failed job that it cannot says why.
+        "resumable": not refusal,
+        "no_resume": refusal if job.state == JobState.FAILED else "",
     }

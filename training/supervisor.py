@@ -34,6 +34,7 @@ from training.models import (
     ACTIVE_STATES,
     AttemptEnd,
     EpochMetric,
+    FailureKind,
     JobState,
     LogChunk,
     SystemSample,
@@ -42,6 +43,7 @@ from training.models import (
     TrainingJob,
     WeightsSource,
 )
+from training.pretrained_fetch import WeightsDownloadFailed, pretrained_fetch
 from training.providers import ProviderError, provider_for
 from training.run_files import (
     BEST_WEIGHTS,
@@ -263,6 +265,7 @@ def stream_id(entry_id: bytes | str) -> tuple[int, int]:
 class _Outcome:
     done: schema.Done | None = None
     error: str = ""
+    error_kind: str = ""  # the trainer's FailureKind for it
     final_metrics: dict = field(default_factory=dict)
     train_end: schema.TrainEnd | None = None
 
@@ -321,14 +324,20 @@ class Supervisor:
     def run(self) -> None:
         try:
             self._prepare_and_start()
+        except WeightsDownloadFailed as e:
+            self._fail(str(e), kind=FailureKind.DOWNLOAD)
+            return
         except (ProviderError, ServiceError) as e:
-            self._fail(str(e))
+            self._fail(str(e), kind=FailureKind.REFUSED)
             return
         except Exception:
             logger.exception(
                 "job %s: preparing attempt %s failed", self.job.pk, self.attempt.number
             )
-            self._fail("Kestrel could not prepare the run (an internal error); see the worker log.")
+            self._fail(
+                "Kestrel could not prepare the run (an internal error); see the worker log.",
+                kind=FailureKind.PLATFORM,
+            )
             return
         try:
             self._follow()
@@ -369,7 +378,18 @@ class Supervisor:
             storage_get_file(job.base_model.weights_key, model)
             model = str(model)
         elif job.weights == WeightsSource.PRETRAINED:
-            model = str(pretrained_weights(job.model_family, job.model_size, job.task))
+            weights = pretrained_weights(job.model_family, job.model_size, job.task)
+            if not weights.present:  # downloads are on: fetched now, or the job fails here
+                pretrained_fetch(
+                    weights,
+                    workdir=attempt_dir / "download",
+                    env=ultralytics_env(
+                        Path(self.machine.workdir) / "ultralytics-config", offline=False
+                    ),
+                    keep_alive=self._lease_renew,
+                    every=settings.TRAINING_HEARTBEAT_SECONDS,
+                )
+            model = str(weights.path)
         else:
             model = model_yaml_name(job.model_family, job.model_size, job.task)
         train_args = {
@@ -699,6 +719,7 @@ class Supervisor:
 
     def _on_error(self, event: schema.Error, seq: int) -> None:
         self.outcome.error = event.message
+        self.outcome.error_kind = event.kind or ""
 
     # -- endings
     def _end_attempt(self, reason: str, message: str = "") -> None:
@@ -718,12 +739,14 @@ class Supervisor:
         except redis.RedisError:
             logger.warning("job %s: could not remove its Redis keys", self.job.pk)
 
-    def _fail(self, message: str, *, platform: bool = False) -> None:
-        """End as failed. A failure on Kestrel's side (not the data, arguments or weights) gives
-        back every credit the job spent."""
+    def _fail(self, message: str, *, platform: bool = False, kind: str = FailureKind.CRASH) -> None:
+        """End as failed, saying what kind of failure it was (whether Resume can help). A
+        failure on Kestrel's side (not the data, arguments or weights) gives back every credit
+        the job spent."""
         meter(self.attempt.pk, timezone.now())
         self._end_attempt(AttemptEnd.FAILED, message)
-        if self._transition(JobState.FAILED, error=message) and platform:
+        kind = FailureKind.PLATFORM if platform else kind
+        if self._transition(JobState.FAILED, error=message, failure_kind=kind) and platform:
             refund_platform_failure(self.job, message)
         self._cleanup()
 
@@ -746,7 +769,8 @@ class Supervisor:
             self._succeed(stopped=self.outcome.done.stopped)
             return
         if code == 1 and self.outcome.error:
-            self._fail(_readable_error(self.outcome.error))
+            kind = self.outcome.error_kind or FailureKind.CRASH
+            self._fail(_readable_error(self.outcome.error), kind=kind)
             return
         if code == FENCED:
             self._end_attempt(AttemptEnd.LOST, "Another attempt owns the job.")
@@ -881,7 +905,13 @@ def job_lost(job: TrainingJob, message: str) -> None:
         job_transition(job, JobState.CANCELED)
     elif job.lost_attempts + 1 >= settings.TRAINING_MAX_ATTEMPTS:
         error = f"The run was lost {job.lost_attempts + 1} times; last: {message}"
-        job_transition(job, JobState.FAILED, lost_attempts=job.lost_attempts + 1, error=error)
+        job_transition(
+            job,
+            JobState.FAILED,
+            lost_attempts=job.lost_attempts + 1,
+            error=error,
+            failure_kind=FailureKind.LOST,
+        )
         refund_platform_failure(job, error)
     else:
         job_requeue(job, lost=True, error="")

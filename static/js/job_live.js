@@ -19,7 +19,6 @@
   var MAX_SYSTEM_POINTS = 600;
   var TRACEBACK = "Traceback (most recent call last):";
   var COLORS = ["#b4532a", "#1d6fb8", "#2f8f4e", "#8a4fbf", "#c79a1a", "#d2476b", "#2a9d9a", "#6b6f74"];
-  var RESUMABLE = { stopped: true, failed: true };
   var WAITING = {
     queued: "Waiting for a machine. ",
     provisioning: "Getting a machine. ",
@@ -144,10 +143,14 @@
     var stop = testid("job-stop-form");
     var cancel = testid("job-cancel");
     var resume = testid("job-resume-form");
-    var trained = job.checkpoint_epoch !== null && job.checkpoint_epoch >= job.epochs;
     show(stop, !job.is_final && job.state !== "stopping");
     show(cancel, !job.is_final && !job.cancel_requested);
-    show(resume, !!RESUMABLE[job.state] && !trained);
+    show(resume, !!job.resumable);
+    var noResume = testid("job-no-resume");
+    if (noResume) {
+      show(noResume, !!job.no_resume);
+      setText(noResume, job.no_resume || "");
+    }
   }
 
   function applyJob(next) {

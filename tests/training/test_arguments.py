@@ -450,15 +450,22 @@ def test_pretrained_weights_on_disk_are_used(settings, tmp_path):
     settings.TRAINING_ALLOW_DOWNLOADS = False
     (tmp_path / "yolo11n-seg.pt").write_bytes(b"weights")
 
-    assert pretrained_weights("yolo11", "n", "segment") == tmp_path / "yolo11n-seg.pt"
+    found = pretrained_weights("yolo11", "n", "segment")
+    assert found.present and found.path == tmp_path / "yolo11n-seg.pt"
 
 
 def test_pretrained_weights_are_downloaded_by_name_when_allowed(settings, tmp_path):
     settings.TRAINING_WEIGHTS_DIR = tmp_path
     settings.TRAINING_ALLOW_DOWNLOADS = True
 
-    assert pretrained_weights("yolo26", "s", "detect") == "yolo26s.pt"
-    assert pretrained_weights("yolov8", "m", "classify") == "yolov8m-cls.pt"
+    for family, size, task, name in [
+        ("yolo26", "s", "detect", "yolo26s.pt"),
+        ("yolov8", "m", "classify", "yolov8m-cls.pt"),
+    ]:
+        found = pretrained_weights(family, size, task)
+        # Not there yet: the job's preparation downloads it to where the next job finds it.
+        assert not found.present and found.downloadable
+        assert found.name == name and found.path == tmp_path / name
 
 
 def test_missing_pretrained_weights_without_downloads_are_refused(settings, tmp_path):
@@ -468,8 +475,8 @@ def test_missing_pretrained_weights_without_downloads_are_refused(settings, tmp_
     with pytest.raises(ServiceError) as caught:
         pretrained_weights("yolo11", "n", "segment")
     assert str(caught.value) == (
-        f"No pretrained weights for yolo11n-seg: put yolo11n-seg.pt in {tmp_path}, "
-        "or allow downloads (TRAINING_ALLOW_DOWNLOADS)."
+        f"No pretrained weights for yolo11n-seg: yolo11n-seg.pt is not in {tmp_path}/ and "
+        "downloads are off (TRAINING_ALLOW_DOWNLOADS). Train from scratch, or put the file there."
     )
     with pytest.raises(ServiceError, match="No pretrained weights for yolo11n"):
         train_params_validate(replace(VALID, weights="pretrained"), train_images=40)

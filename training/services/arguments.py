@@ -473,19 +473,86 @@ def _model_reason(family: str, size: str, task: str) -> str | None:
     return None
 
 
-def pretrained_weights(family: str, size: str, task: str) -> Path | str:
-    """The pretrained checkpoint to start from: a file here, or a name Ultralytics downloads."""
-    name = f"{family}{size}{TASK_SUFFIXES[task]}"
-    weights_dir = Path(settings.TRAINING_WEIGHTS_DIR)
-    path = weights_dir / f"{name}.pt"
-    if path.is_file():
-        return path
-    if settings.TRAINING_ALLOW_DOWNLOADS:
-        return f"{name}.pt"
-    raise ServiceError(
-        f"No pretrained weights for {name}: put {name}.pt in {weights_dir}, "
-        "or allow downloads (TRAINING_ALLOW_DOWNLOADS)."
+@dataclass(frozen=True)
+class PretrainedWeights:
+    """A job's pretrained checkpoint: on this server (TRAINING_WEIGHTS_DIR), to be downloaded
+    while the job prepares (TRAINING_ALLOW_DOWNLOADS), or not to be had. The training form, the
+    submit and the supervisor all ask pretrained_weights_find, so a job is never started for
+    weights it cannot have."""
+
+    name: str  # yolo11n-seg.pt
+    path: Path  # where it is, or where a download puts it
+    present: bool
+    downloadable: bool
+
+    @property
+    def available(self) -> bool:
+        return self.present or self.downloadable
+
+    @property
+    def folder(self) -> str:
+        """TRAINING_WEIGHTS_DIR as an operator wrote it: relative to the project when in it."""
+        folder = self.path.parent
+        try:
+            shown = folder.relative_to(Path(settings.BASE_DIR))
+        except ValueError:
+            shown = folder
+        return f"{shown}/"
+
+    @property
+    def reason(self) -> str:
+        """Why these weights cannot be had ("" when they can)."""
+        if self.available:
+            return ""
+        return f"{self.name} is not in {self.folder} and downloads are off"
+
+    @property
+    def note(self) -> str:
+        """What the form says of them."""
+        if self.present:
+            return f"{self.name}, from {self.folder}"
+        if self.downloadable:
+            return (
+                f"{self.name} is downloaded from Ultralytics when the job starts; a worker "
+                "without internet access fails it at once"
+            )
+        return (
+            f"{self.reason} (TRAINING_ALLOW_DOWNLOADS): train from scratch, or ask whoever "
+            f"runs this server to put {self.name} there"
+        )
+
+
+def pretrained_weights_find(family: str, size: str, task: str) -> PretrainedWeights:
+    name = f"{family}{size}{TASK_SUFFIXES[task]}.pt"
+    path = Path(settings.TRAINING_WEIGHTS_DIR) / name
+    present = path.is_file()
+    return PretrainedWeights(
+        name=name,
+        path=path,
+        present=present,
+        downloadable=not present and bool(settings.TRAINING_ALLOW_DOWNLOADS),
     )
+
+
+def pretrained_weights(family: str, size: str, task: str) -> PretrainedWeights:
+    """The pretrained checkpoint to start from, or ServiceError saying why there is none."""
+    weights = pretrained_weights_find(family, size, task)
+    if not weights.available:
+        raise ServiceError(
+            f"No pretrained weights for {family}{size}{TASK_SUFFIXES[task]}: {weights.reason} "
+            "(TRAINING_ALLOW_DOWNLOADS). Train from scratch, or put the file there."
+        )
+    return weights
+
+
+def architecture_family_size(architecture: str) -> tuple[str, str] | None:
+    """(family, size) of a Kestrel model's architecture (TrainingJob.model_name, e.g.
+    yolo11n-seg → ("yolo11", "n")); None for one Kestrel did not train (an upload)."""
+    for family in ModelFamily.values:
+        for size in ModelSize.values:
+            if architecture in {f"{family}{size}{suffix}" for suffix in TASK_SUFFIXES.values()}:
+                return family, size
+    return None
 
 
 def _is_whole(value) -> bool:

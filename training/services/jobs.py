@@ -24,10 +24,12 @@ from training.models import (
 )
 from training.services.arguments import (
     TrainParams,
+    architecture_family_size,
     pretrained_weights,
     train_params_validate,
 )
 from training.services.catalog import gpu_pick
+from training.services.jobs_resume import job_resume_refusal
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -245,6 +247,13 @@ def job_submit(
         raise ServiceError(blocked)
     facts = version_facts(version, task=params.task)
     train_images = facts.train_images
+    if params.weights == WeightsSource.MODEL and base_model is not None:
+        # A fine-tune is the base model's architecture, whatever the form's family and size
+        # said; an upload's is not known (None), and the form's stand.
+        family_size = architecture_family_size(base_model.architecture)
+        if family_size:
+            family, size = family_size
+            params = dataclasses.replace(params, model_family=family, model_size=size)
     if quick_test:
         train_images = min(train_images, QUICK_TEST_TRAIN_IMAGES)
         params = dataclasses.replace(
@@ -374,15 +383,12 @@ def job_cancel(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
 
 @transaction.atomic
 def job_resume(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
-    """Queue a stopped or failed job again; it continues from its last checkpoint."""
+    """Queue a stopped job, or one that failed in a way another attempt may get past, again;
+    it continues from its last checkpoint."""
     job = _require_job(access, job)
-    if job.state not in (JobState.STOPPED, JobState.FAILED):
-        raise ServiceError(
-            f"Only a stopped or failed job can be resumed; {job.title} is "
-            f"{job.get_state_display().lower()}."
-        )
-    if job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs:
-        raise ServiceError(f"{job.title} already trained all {job.epochs} epochs.")
+    refusal = job_resume_refusal(job)
+    if refusal:
+        raise ServiceError(refusal)
     _concurrency_check(job.workspace)
     job_requeue(job, lost=False)
     # Hold what is left at the pace of its own epochs (the estimator's figure before any).
@@ -405,6 +411,7 @@ def job_requeue(job: TrainingJob, *, lost: bool, error: str = "") -> None:
         lease_until=None,
         finished_at=None,
         error=error,
+        failure_kind="",
         queued_at=timezone.now(),
     )
     _enqueue(job.pk)

@@ -19,6 +19,7 @@ from training.models import (
     TrainedModel,
     TrainingJob,
 )
+from training.services.jobs_resume import job_resume_refusal
 from training.supervisor import job_progress
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -265,7 +266,6 @@ def _start_credits(job: TrainingJob) -> int | None:
 
 def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
     can_train = access.can(Perm.TRAIN)
-    finished_training = job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs
     log_lines = selectors.job_log_tail(job=job, lines=LIVE_LOG_LINES).splitlines()
     events_url = reverse("job_events", kwargs={"ws_slug": access.workspace.slug, "pk": job.pk})
     live = _live_data(job, log_lines, events_url)
@@ -293,7 +293,5 @@ def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
         and (not job.is_final or job.state in (JobState.STOPPED, JobState.FAILED)),
         "can_stop": can_train and not job.is_final and job.state != JobState.STOPPING,
         "can_cancel": can_train and not job.is_final and job.cancel_requested_at is None,
-        "can_resume": can_train
-        and job.state in (JobState.STOPPED, JobState.FAILED)
-        and not finished_training,
+        "can_resume": can_train and not job_resume_refusal(job),
     }

@@ -5,13 +5,9 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from datasets.models import Task
 from training import selectors
 from training.forms import TrainForm
-from training.models import (
-    WeightsSource,
-)
-from training.services.arguments import extra_args_parse, pretrained_weights
+from training.services.arguments import extra_args_parse
 from training.services.catalog import gpu_choices
 from training.services.jobs import job_submit
 from training.views.estimate import estimate_config, estimate_rows
@@ -24,19 +20,13 @@ from workspaces.views import HtmxHttpRequest
 
 
 def _initial(versions, request) -> dict:
-    """The newest version (or ?version=<id>, e.g. from a version's page), and pretrained weights
-    when this server has them."""
+    """The newest version (or ?version=<id>, e.g. from a version's page); the form picks
+    pretrained weights when this server can have them."""
     asked = request.GET.get("version", "")
     version = (versions.filter(pk=int(asked)).first() if asked.isdigit() else None) or (
         versions.first()
     )
-    task = version.dataset.task if version is not None else Task.DETECT
-    try:
-        pretrained_weights("yolo26", "n", task)
-        weights = WeightsSource.PRETRAINED
-    except ServiceError:
-        weights = WeightsSource.SCRATCH
-    return {"dataset_version": version, "weights": weights}
+    return {"dataset_version": version}
 
 
 @workspace_view(Perm.TRAIN)
