@@ -19,6 +19,7 @@ from deploy.models import Deployment, DeploymentState
 
 HEALTH_TIMEOUT = 2.0
 START_WAIT_SECONDS = 90
+PORT_TRIES = 3  # ports tried when the one found free is taken before the process binds it
 LOG_TAIL_BYTES = 16 * 1024
 
 
@@ -146,9 +147,44 @@ def _kill(pid: int | None) -> None:
 
 
 def process_start(deployment: Deployment) -> Deployment:
-    """Start the deployment's process and wait until it answers (or give up: failed)."""
-    port = deployment.port if deployment.port and _port_free(deployment.port) else None
-    port = port or _free_port(deployment)
+    """Start the deployment's process and wait until it answers (or give up: failed).
+
+    The process binds its port only once it has imported itself, seconds after the port was
+    found free; a port another process took meanwhile (another install's endpoint, another
+    worker's) is given up for the next free one, up to PORT_TRIES times."""
+    for attempt in range(1, PORT_TRIES + 1):
+        port = deployment.port if deployment.port and _port_free(deployment.port) else None
+        port = port or _free_port(deployment)
+        proc = _process_spawn(deployment, port)
+        deployment.refresh_from_db()
+        deadline = time.monotonic() + START_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            if health(deployment):
+                Deployment.objects.filter(pk=deployment.pk).update(
+                    state=DeploymentState.RUNNING, checked_at=timezone.now()
+                )
+                deployment.refresh_from_db()
+                return deployment
+            time.sleep(0.3)
+        exited = proc.poll() is not None
+        _stop(deployment, proc.pid)
+        if not (exited and not _port_free(port) and attempt < PORT_TRIES):
+            break
+    tail = log_tail(deployment).strip().splitlines()[-5:]
+    Deployment.objects.filter(pk=deployment.pk).update(
+        state=DeploymentState.FAILED,
+        pid=None,
+        last_error="The endpoint process did not start: " + (" / ".join(tail) or "no output"),
+    )
+    deployment.refresh_from_db()
+    return deployment
+
+
+def _process_spawn(deployment: Deployment, port: int) -> subprocess.Popen:
+    """`python -m deploy.inference` for the deployment on `port`, detached, its output appended
+    to the deployment's log; the row says it is starting there."""
     log = log_path(deployment).open("ab")
     log.write(f"\n--- starting at {timezone.now():%Y-%m-%d %H:%M:%S} on port {port}\n".encode())
     log.flush()
@@ -182,27 +218,7 @@ def process_start(deployment: Deployment) -> Deployment:
         state=DeploymentState.STARTING,
         started_at=timezone.now(),
     )
-    deployment.refresh_from_db()
-    deadline = time.monotonic() + START_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        if health(deployment):
-            Deployment.objects.filter(pk=deployment.pk).update(
-                state=DeploymentState.RUNNING, checked_at=timezone.now()
-            )
-            deployment.refresh_from_db()
-            return deployment
-        time.sleep(0.3)
-    _stop(deployment, proc.pid)
-    tail = log_tail(deployment).strip().splitlines()[-5:]
-    Deployment.objects.filter(pk=deployment.pk).update(
-        state=DeploymentState.FAILED,
-        pid=None,
-        last_error="The endpoint process did not start: " + (" / ".join(tail) or "no output"),
-    )
-    deployment.refresh_from_db()
-    return deployment
+    return proc
 
 
 def process_stop(deployment: Deployment) -> Deployment:

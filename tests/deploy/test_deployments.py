@@ -5,16 +5,20 @@ supervisor restarts it and says so; the model behind the URL is swapped; stopped
 import io
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from django.db import connection
 from django.test import Client
 
 from deploy.models import Deployment, DeploymentState
-from deploy.supervisor import deployments_check, deployments_halt, health
+from deploy.supervisor import deployments_check, deployments_halt, health, log_tail, process_start
+from tests.servers import free_port
 from tests.training.factories import trained_model_row
 from workspaces.services import api_key_create
 
@@ -166,3 +170,49 @@ def test_a_saved_pid_that_is_no_longer_the_endpoint_is_never_killed(team):
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_port_taken_while_the_endpoint_starts_is_given_up_for_the_next(
+    team, yolo_models, settings, tmp_path
+):
+    """The process binds its port seconds after the port was found free (it imports itself
+    first); another install's endpoint on the same machine took it meanwhile. Before: the
+    deployment failed with 'address already in use' and stayed failed."""
+    settings.TRAINING_DIR = tmp_path / "training"  # its log lands here
+    taken, spare = free_port(), free_port()
+    settings.DEPLOY_PORTS = [taken, spare]
+    model = trained_model_row(
+        workspace=team.workspace,
+        class_names=["person"],
+        weights=Path(yolo_models["detect"]).read_bytes(),
+    )
+    deployment = Deployment.objects.create(
+        workspace=team.workspace, model=model, name="racy", slug="racy-abc123"
+    )
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def take_the_port() -> None:
+        # Once the worker has picked `taken` and started the process, long before it binds.
+        try:
+            deadline = time.monotonic() + 10
+            while Deployment.objects.get(pk=deployment.pk).port != taken:
+                assert time.monotonic() < deadline, "the port was never picked"
+                time.sleep(0.02)
+            squatter.bind((settings.DEPLOY_HOST, taken))
+            squatter.listen()
+        finally:
+            connection.close()  # this thread's own
+
+    thief = threading.Thread(target=take_the_port)
+    thief.start()
+    try:
+        started = process_start(deployment)
+        thief.join(timeout=10)
+        assert started.state == DeploymentState.RUNNING, started.last_error
+        assert started.port == spare
+        assert health(started)["name"] == "deployment-racy-abc123"
+        assert f"on port {taken}" in log_tail(started) and f"on port {spare}" in log_tail(started)
+    finally:
+        squatter.close()
+        deployments_halt()
