@@ -31,7 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port, training_env, web_server  # noqa: E402
+from bench.common import (  # noqa: E402
+    free_port,
+    plan_unlimited_predict,
+    training_env,
+    web_server,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
@@ -213,7 +218,6 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
             ("dedicated via web", reason),
         ], None
     call_command("migrate", verbosity=0)
-    from billing.models import Plan
     from deploy.models import Deployment, DeploymentState
     from training.models import TrainedModel
     from workspaces.models import Project, User
@@ -223,11 +227,7 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
     tag = secrets.token_hex(4)
     user, _ = User.objects.get_or_create(email="bench-predict@example.com")
     workspace = workspace_create_team(user=user, name=f"bench predict {tag}")
-    # The shared API's plan limit (20 a minute by default) would turn the bench into 429s.
-    workspace.plan = Plan.objects.create(
-        slug=f"bench-{tag}", name="Bench", max_seats=5, predict_requests_per_minute=1_000_000
-    )
-    workspace.save(update_fields=["plan"])
+    plan_unlimited_predict(workspace)
     access = workspace_access_for_user(user=user, slug=workspace.slug)
     project = Project.objects.create(workspace=workspace, name="bench", created_by=user)
     model = TrainedModel.objects.create(
