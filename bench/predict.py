@@ -11,7 +11,7 @@ endpoint through the web (`/d/<slug>/predict`). Goal: each over-HTTP p50 ≤ in-
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/kestrel_bench \\
         .venv/bin/python bench/predict.py [--requests 60] [--imgsz 640] [--concurrency 8]
-        [--weights model.pt] [--device cpu|cuda:0]
+        [--weights model.pt] [--device cpu|cuda:0] [--throughput-only]
 
 Without a reachable database the rows through the web are skipped, saying why. The model is
 yolo11n built from its YAML (nothing is downloaded) unless --weights names one.
@@ -286,6 +286,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--weights", type=Path)
     parser.add_argument("--device", help="cpu or cuda:0 (default: cuda:0 when there is one)")
+    parser.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="only the micro-batching ratio: two model servers, no database, no web",
+    )
     args = parser.parse_args()
 
     work = training_env("predict-bench")
@@ -308,13 +313,24 @@ def main() -> None:
     print(f"model {weights.name}, image {image.name} ({len(data) // 1024} KB), imgsz "
           f"{args.imgsz}, device {device}, {n} requests a row, torch threads "
           f"{torch.get_num_threads()}", flush=True)  # fmt: skip
+    device_args = ["--device", device]
+    total = max(8 * args.concurrency, n)
+    if args.throughput_only:
+        shared = Server("shared", *device_args).wait()
+        one_at_a_time = Server("one-at-a-time", *device_args, "--batch-max", "1").wait()
+        try:
+            ratio = batching(shared, one_at_a_time, weights, data, params, args.concurrency, total)
+        finally:
+            shared.stop()
+            one_at_a_time.stop()
+        batching_print(args.concurrency, total, *ratio)
+        return
     calls: list[tuple[str, object]] = [
         (
             "in-process model.predict",
             in_process_call(weights, image, imgsz=args.imgsz, device=device),
         )
     ]
-    device_args = ["--device", device]
     shared = Server("shared", *device_args).wait()
     dedicated = Server(
         f"deployment-bench-{secrets.token_hex(4)}",
@@ -347,14 +363,7 @@ def main() -> None:
         calls += through_web
         measured = interleaved([(label, call) for label, call in calls if callable(call)], n)
         rows = [(label, measured.get(label, call)) for label, call in calls]
-
-        total = max(8 * args.concurrency, n)
-        single = throughput(one_at_a_time, weights, data, params, clients=args.concurrency, n=total)
-        stats_auth = server_auth(shared, "stats")
-        before = client.get(f"{shared.url}/stats", headers=stats_auth).json()["models"]["bench:1"]
-        batched = throughput(shared, weights, data, params, clients=args.concurrency, n=total)
-        stats_auth = server_auth(shared, "stats")
-        after = client.get(f"{shared.url}/stats", headers=stats_auth).json()["models"]["bench:1"]
+        ratio = batching(shared, one_at_a_time, weights, data, params, args.concurrency, total)
     finally:
         if web is not None:
             os.killpg(web.pid, signal.SIGTERM)
@@ -390,12 +399,30 @@ def main() -> None:
               f"({'met' if p50 <= base_p50 + 5 else 'NOT met'}), outside the model "
               f"{out - base_out:+.1f} ms ({'met' if out <= base_out + 5 else 'NOT met'})")  # fmt: skip
 
+    batching_print(args.concurrency, total, *ratio)
+
+
+def batching(shared, one_at_a_time, weights, data, params, clients: int, total: int):
+    """(images/s one at a time, images/s micro-batched, mean batch) at `clients` callers."""
+    import httpx
+
+    client = httpx.Client(timeout=120)
+    single = throughput(one_at_a_time, weights, data, params, clients=clients, n=total)
+    stats_auth = server_auth(shared, "stats")
+    loaded = client.get(f"{shared.url}/stats", headers=stats_auth).json()["models"]
+    before = loaded.get("bench:1", {"images": 0, "batches": 0})  # not loaded yet: nothing done
+    batched = throughput(shared, weights, data, params, clients=clients, n=total)
+    stats_auth = server_auth(shared, "stats")
+    after = client.get(f"{shared.url}/stats", headers=stats_auth).json()["models"]["bench:1"]
     images = after["images"] - before["images"]
     batches = max(1, after["batches"] - before["batches"])
-    print(f"\nthroughput at concurrency {args.concurrency}, {total} images")
+    return single, batched, images / batches
+
+
+def batching_print(clients: int, total: int, single: float, batched: float, mean: float) -> None:
+    print(f"\nthroughput at concurrency {clients}, {total} images")
     print(f"{'one at a time (INFERENCE_BATCH_MAX=1)':42} {single:8.1f} images/s")
-    print(f"{'micro-batched':42} {batched:8.1f} images/s "
-          f"(mean batch {images / batches:.1f} images)")  # fmt: skip
+    print(f"{'micro-batched':42} {batched:8.1f} images/s (mean batch {mean:.1f} images)")
     print(f"ratio {batched / single:.2f}x (goal ≥ 2x): {'met' if batched >= 2 * single else 'NOT met'}")  # fmt: skip
 
 
