@@ -1,4 +1,5 @@
-"""Settings for the test suite: the real PostgreSQL and Redis, never SQLite."""
+"""Settings for the test suite: the real Redis, and PostgreSQL or SQLite by DATABASE_URL
+(scripts/test.sh runs the suite on both)."""
 
 import os
 import tempfile

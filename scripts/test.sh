@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The whole suite against the real PostgreSQL and Redis (DATABASE_URL, REDIS_URL).
-set -euo pipefail
+# The whole suite, twice: against the real PostgreSQL and then against SQLite (the quick start's
+# database), both with the real Redis. KESTREL_TEST_DATABASES="postgres" (or "sqlite") runs one;
+# arguments go to pytest on each run (`make test ARGS="tests/training -x"`).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/kestrel}
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/14}
 export DJANGO_SETTINGS_MODULE=config.test_settings
 # Debian's chromium drives the browser tests; docker-compose (v1, the only one Debian ships)
@@ -14,9 +15,38 @@ if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0
   echo "Installing ${missing[*]} from Debian's packages..."
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
 fi
-.venv/bin/python manage.py collectstatic --noinput -v0
+.venv/bin/python manage.py collectstatic --noinput -v0 || exit 1
+
 # In parallel (pytest-xdist), a test file per worker at a time: a file's session fixtures (a
 # model server, trained checkpoints) are made once. Three workers on two cores: a good part of
 # the suite waits on processes it started (servers, trainers, faults), and a third worker fills
 # that. TEST_WORKERS=0 runs it in one process.
-exec .venv/bin/pytest -n "${TEST_WORKERS:-3}" --dist loadfile --durations=25 "$@"
+suite() {
+  echo "=== The suite on $1 ==="
+  .venv/bin/pytest -n "${TEST_WORKERS:-3}" --dist loadfile --durations=15 "${@:2}"
+}
+
+status=0
+for database in ${KESTREL_TEST_DATABASES:-postgres sqlite}; do
+  case "$database" in
+    postgres)
+      DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/kestrel} \
+        suite PostgreSQL "$@"
+      ;;
+    sqlite)
+      # Test databases are files under a folder of the run's own (one per xdist worker).
+      sqlite_dir=$(mktemp -d -t kestrel-test-sqlite-XXXXXX)
+      DATABASE_URL="sqlite:///$sqlite_dir/kestrel.sqlite3" \
+        KESTREL_TEST_DB="$sqlite_dir/test_kestrel.sqlite3" \
+        suite SQLite "$@"
+      ;;
+    *) echo "KESTREL_TEST_DATABASES: unknown database '$database' (postgres, sqlite)" >&2; exit 2 ;;
+  esac
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "=== The suite on $database failed (pytest exit $rc) ===" >&2
+    [ "$status" -eq 0 ] && status=$rc
+  fi
+  rm -rf "${sqlite_dir:-/nonexistent}"
+done
+exit "$status"

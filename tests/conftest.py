@@ -17,8 +17,14 @@ from workspaces.selectors import workspace_access_for_user
 
 # Files that take minutes (real training, whole stacks started and killed) run first: under
 # pytest-xdist's --dist loadfile a worker takes a file at a time in this order, so the long
-# ones overlap the many short ones instead of ending the run alone.
-SLOW_FIRST = ("tests/reliability/", "tests/training/test_engine.py", "tests/browser/")
+# ones overlap the many short ones instead of ending the run alone. The newcomer's journey, the
+# longest single test, goes first of all.
+SLOW_FIRST = (
+    "tests/browser/test_journey.py",
+    "tests/reliability/",
+    "tests/training/test_engine.py",
+    "tests/browser/",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,6 +33,16 @@ def pytest_collection_modifyitems(config, items):
         return next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), len(SLOW_FIRST))
 
     items.sort(key=rank)  # stable: each file keeps its own order
+
+
+def pytest_runtest_setup(item):
+    """The suite runs on PostgreSQL and on SQLite (scripts/test.sh); a test of what only
+    PostgreSQL has says so, and why, with @pytest.mark.postgres_only("reason")."""
+    marker = item.get_closest_marker("postgres_only")
+    if marker and settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        if not marker.args:
+            raise pytest.UsageError(f"{item.nodeid}: postgres_only needs its reason")
+        pytest.skip(f"PostgreSQL only: {marker.args[0]}")
 
 
 @pytest.fixture(autouse=True)

@@ -50,9 +50,15 @@ IMPORT_TASK = "datasets.import_run"
 
 
 @pytest.fixture(autouse=True)
-def small_chunks(settings):
-    """1 KiB chunks, so a few kilobytes make an upload of several chunks."""
+def small_chunks(settings, tmp_path):
+    """1 KiB chunks, so a few kilobytes make an upload of several chunks; and a media folder
+    of the test's own, since tests here compare what is stored before and after: on SQLite a
+    rolled-back test's ids are handed out again, so the next test's upload 1 would otherwise
+    find (and clean up) the folder of the last test's upload 1."""
     settings.DATASET_UPLOAD_CHUNK_BYTES = CHUNK
+    default = settings.STORAGES["default"]
+    options = default.get("OPTIONS", {}) | {"location": str(tmp_path / "media")}
+    settings.STORAGES = settings.STORAGES | {"default": default | {"OPTIONS": options}}
 
 
 @pytest.fixture

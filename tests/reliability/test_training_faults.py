@@ -181,9 +181,7 @@ def test_redis_away_longer_than_the_lease_ends_the_attempt_and_resumes_it(
     assert_billed_once(job)
 
 
-@pytest.mark.skipif(
-    os.environ.get("DATABASE_URL", "").startswith("sqlite"), reason="PostgreSQL's own fault"
-)
+@pytest.mark.postgres_only("SQLite has no connections to drop: it is a file in the process")
 def test_postgres_dropping_the_supervisors_connections_loses_nothing(
     team, project, detect_version, priced, faulty, tmp_path
 ):
