@@ -17,9 +17,9 @@
 #   bash bench/gpu.sh --install-only # on the GPU machine: install the carried wheels, no checks
 #
 # Python: $KESTREL_PYTHON, else .venv when it has what the benches import (made with
-# `make .venv/.installed-test` when missing, which needs PyPI), else a venv in /tmp over the
-# machine's own python3 (its CUDA torch) with the wheels of .whl*/ (carried there), else it
-# stops saying what is missing. Redis: REDIS_URL when one answers, else a redis-server of its
+# `make .venv/.installed-test` when missing, which needs PyPI), else the machine's own python3
+# (its CUDA torch) with the wheels of .whl*/ (carried there) on PYTHONPATH, else it stops
+# saying what is missing. Redis: REDIS_URL when one answers, else a redis-server of its
 # own (on PATH, or from the carried .debs). Database: DATABASE_URL, else a SQLite file of the
 # run's own. Nothing else is reached: model servers and the web stay on 127.0.0.1.
 set -uo pipefail
@@ -61,10 +61,14 @@ if [ "$FETCH" = 1 ]; then
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "${specs[@]}" || exit 1
   (cd .whl/debs && apt-get download "${DEBS[@]}") || exit 1
-  du -sh .whl
-  echo "Carry .whl (64 MiB a call with the tree: polars' runtime alone is about 54 MB, so a"
-  echo "tight budget carries it in a first call that runs 'bash bench/gpu.sh --install-only'"
-  echo "and the rest in the next, while the machine is still warm)."
+  # polars' runtime is most of it (about 54 MB): a folder of its own, carried in a call of its own.
+  mkdir -p .whl-polars
+  grep -qx '/.whl-polars/' .git/info/exclude || echo '/.whl-polars/' >>.git/info/exclude
+  mv .whl/polars_runtime* .whl-polars/
+  du -sh .whl .whl-polars
+  echo "A call carries at most 64 MiB with the tree: carry .whl-polars in a first call that runs"
+  echo "'bash bench/gpu.sh --install-only', then .whl in the next (while the machine is warm)"
+  echo "that runs 'bash bench/gpu.sh'."
   exit 0
 fi
 
@@ -104,7 +108,7 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 say() { echo "gpu.sh: $*"; }
-fail() { echo "gpu.sh: $*" >&2; exit "${2:-1}"; }
+fail() { echo "gpu.sh: $1" >&2; exit "${2:-1}"; }
 
 # --- Python ---------------------------------------------------------------------------------
 NEEDED="django environ allauth ninja pydantic_core celery redis httpx ultralytics polars torch psutil"
@@ -112,28 +116,41 @@ missing() { # the modules of NEEDED that python $1 cannot import (found without 
   "$1" -c 'import importlib.util as u, sys; print(" ".join(m for m in sys.argv[1:] if not u.find_spec(m)))' $NEEDED 2>/dev/null || echo "(python does not run)"
 }
 works() { [ -x "$1" ] && [ -z "$(missing "$1")" ]; }
-GPU_VENV=/tmp/kestrel-gpu-venv
+# Carried wheels go to a folder on PYTHONPATH, over the machine's python3 (a venv of its own
+# there: a venv made from it would not see its torch).
+GPU_SITE=/tmp/kestrel-gpu-site
 wheel_install() {
-  local dirs=(.whl*/)
-  [ -d "${dirs[0]}" ] || return 1
-  local base
-  base=$(command -v python3) || return 1
-  say "installing the carried wheels (${dirs[*]}) into $GPU_VENV over $base"
-  [ -x "$GPU_VENV/bin/python" ] || "$base" -m venv --system-site-packages "$GPU_VENV" || return 1
-  local found=()
+  local dirs=() found=() d deb
+  shopt -s nullglob
+  dirs=(.whl*/)
   for d in "${dirs[@]}"; do found+=("$d"*.whl); done
-  "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile "${found[@]}" || return 1
-  for deb in "${dirs[@]}"debs/*.deb; do
-    [ -f "$deb" ] && dpkg -x "$deb" /tmp/kestrel-gpu-root
+  shopt -u nullglob
+  [ ${#found[@]} -gt 0 ] || return 1
+  say "installing ${#found[@]} carried wheels (${dirs[*]}) into $GPU_SITE"
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$GPU_SITE" \
+    "${found[@]}" || return 1
+  for d in "${dirs[@]}"; do
+    for deb in "$d"debs/*.deb; do
+      [ -f "$deb" ] && dpkg -x "$deb" /tmp/kestrel-gpu-root
+    done
   done
   return 0
 }
+site_missing() { PYTHONPATH=$GPU_SITE${PYTHONPATH:+:$PYTHONPATH} missing python3; }
+works_site() { [ -d "$GPU_SITE" ] && [ -z "$(site_missing)" ]; }
+if [ "$INSTALL_ONLY" = 1 ]; then
+  wheel_install || fail "no carried wheels (.whl*/) to install, or pip refused them"
+  left=$(site_missing)
+  say "installed into $GPU_SITE; still missing: ${left:-nothing}"
+  exit 0
+fi
 PY=${KESTREL_PYTHON:-}
 if [ -z "$PY" ]; then
   if works .venv/bin/python; then
     PY=.venv/bin/python
-  elif works "$GPU_VENV/bin/python"; then
-    PY=$GPU_VENV/bin/python
+  elif works_site; then
+    PY=$(command -v python3)
+    export PYTHONPATH=$GPU_SITE${PYTHONPATH:+:$PYTHONPATH}
   else
     if [ ! -e .venv/.installed-test ]; then
       say "no working .venv: make .venv/.installed-test (needs PyPI; 5 min at most)"
@@ -144,8 +161,9 @@ if [ -z "$PY" ]; then
     fi
     if works .venv/bin/python; then
       PY=.venv/bin/python
-    elif wheel_install && works "$GPU_VENV/bin/python"; then
-      PY=$GPU_VENV/bin/python
+    elif wheel_install && works_site; then
+      PY=$(command -v python3)
+      export PYTHONPATH=$GPU_SITE${PYTHONPATH:+:$PYTHONPATH}
     else
       fail "no Python with Kestrel's packages here: .venv could not be made (no PyPI?) and no
 carried wheels (.whl/) did it. Where PyPI answers, run 'bash bench/gpu.sh --fetch-wheels' and
@@ -156,16 +174,13 @@ fi
 PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
 export PATH="$(dirname "$PY"):/tmp/kestrel-gpu-root/usr/bin:$PATH"
 say "Python: $PY"
-if [ "$INSTALL_ONLY" = 1 ]; then
-  exit 0
-fi
 
 if [ "$DRY" = 1 ]; then
   say "dry run: every part on the CPU, tiny sizes"
   device=cpu
 else
   if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    smi=$(nvidia-smi -L 2>&1 | head -2)
+    smi=$(command -v nvidia-smi >/dev/null && nvidia-smi -L 2>&1 | head -2)
     fail "no CUDA device found (torch.cuda.is_available() is False; nvidia-smi: ${smi:-not there}).
 Run it on a GPU machine, or with --dry-run to check the script on the CPU." 2
   fi
@@ -206,9 +221,11 @@ part() { # part NAME TIMEOUT command...
   # behind holds its end, a timed-out part's worker say, and hold the script up with it.
   timeout --kill-after=15 "$limit" "$@" >"$work/$name.log" 2>&1 &
   local pid=$!
-  tail -n +1 --pid="$pid" -f "$work/$name.log"
-  wait "$pid"
+  tail -n +1 --pid="$pid" -f "$work/$name.log" &
+  local shown=$!
+  wait "$pid" # in the background and waited for: a Ctrl-C or TERM is acted on at once
   local rc=$?
+  wait "$shown"
   leftovers_stop
   seconds[$name]=$((SECONDS - started))
   case $rc in

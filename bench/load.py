@@ -99,12 +99,23 @@ class Stats:
 # --- the database and the data -----------------------------------------------------------------
 
 
+MARK = "made by bench/load.py"  # its comment: only such a database is ever dropped
+
+
 def database_create(base: str, name: str) -> None:
     import psycopg
 
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # a killed run's
+        found = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+            [name],
+        ).fetchone()
+        if found and found[0] != MARK:
+            raise SystemExit(f"database {name} exists and is not this bench's: pick another")
+        if found:  # left by a run that was killed
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f"COMMENT ON DATABASE \"{name}\" IS '{MARK}'")
 
 
 def database_drop(base: str, name: str) -> None:
