@@ -14,7 +14,7 @@ from config.errors import api_errors_install
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward
 from deploy.predict_access import KeyRefused, PresentedKey, predict_access
-from deploy.selectors import models_for_predict
+from deploy.selectors import model_public_access, models_for_predict
 from training.models import TrainedModel
 from workspaces.api import session_auth
 from workspaces.permissions import Perm
@@ -35,20 +35,30 @@ class PredictKeyAuth(HttpBearer):
 PREDICT_AUTH = [PredictKeyAuth(), session_auth]
 
 
-def _caller(request: HttpRequest, model_id: int) -> tuple[WorkspaceAccess, TrainedModel]:
-    """Who is calling, and the model: in one query for an API key, else the session's way."""
+def _caller(
+    request: HttpRequest, model_id: int, *, public: bool = False
+) -> tuple[WorkspaceAccess, TrainedModel]:
+    """Who is calling, and the model: in one query for an API key, else the session's way.
+    `public`: a session outside the model's workspace may call it if it is public."""
     if isinstance(request.auth, PresentedKey):
         try:
             return predict_access(request.auth, model_id)
         except KeyRefused:
             raise AuthenticationError from None
     model = models_for_predict().filter(pk=model_id).first()
-    access = workspace_access_for_object(
-        auth=request.auth,
-        user=request.user,
-        slug=model.workspace.slug if model else None,
-        not_found="No such model.",
-    )
+    try:
+        access = workspace_access_for_object(
+            auth=request.auth,
+            user=request.user,
+            slug=model.workspace.slug if model else None,
+            not_found="No such model.",
+        )
+    except Http404:
+        if model is None or not public:
+            raise
+        access = model_public_access(user=request.user, model=model)
+    if public and model.is_public and not access.can(Perm.PREDICT):
+        access = model_public_access(user=request.user, model=model)  # a viewer of its team
     access.require(Perm.PREDICT)
     return access, model
 
@@ -56,8 +66,9 @@ def _caller(request: HttpRequest, model_id: int) -> tuple[WorkspaceAccess, Train
 @router.post("/models/{model_id}/predict", auth=PREDICT_AUTH)
 def model_predict(request: HttpRequest, model_id: int):
     """Run a model of your workspace on one image: multipart `file` (or JSON base64 `image`),
-    with `conf` (0.25), `iou` (0.7), `imgsz` (32–1280, default the model's) and `max_det`."""
-    access, model = _caller(request, model_id)
+    with `conf` (0.25), `iou` (0.7), `imgsz` (32–1280, default the model's) and `max_det`.
+    A public model (the demo) answers anyone signed in, from the browser session."""
+    access, model = _caller(request, model_id, public=True)
     return predict_forward(
         request=request, access=access, model=model, server_url=settings.INFERENCE_URL
     )

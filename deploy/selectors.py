@@ -5,13 +5,20 @@ from datetime import timedelta
 from django.db.models import Case, Exists, FloatField, OuterRef, QuerySet, Subquery, Sum, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, NullIf
+from django.http import Http404
 from django.utils import timezone
 
+from datasets.models import Dataset, Image
 from deploy.models import Deployment, ExportState, ModelExport, UsageDay
 from training import selectors as training_selectors
-from training.models import TrainedModel
+from training.models import InspectState, TrainedModel
 from training.selectors import MAIN_METRIC
-from workspaces.models import Workspace
+from workspaces.models import User, Workspace
+from workspaces.permissions import Perm
+from workspaces.selectors import WorkspaceAccess
+
+# How many of a public model's dataset's val images its try-it page offers to run it on.
+PUBLIC_SAMPLE_IMAGES = 8
 
 # What a prediction call reads of its model, and nothing more: the JSON columns (classes,
 # arguments, metrics) and the job's history cost milliseconds to fetch and decode on every call.
@@ -19,7 +26,7 @@ PREDICT_MODEL_FIELDS = (
     "id", "name", "task", "imgsz", "weights_key", "weights_sha256", "inspect_state",
     "inspect_error", "workspace__id", "workspace__slug", "workspace__plan__id",
     "workspace__plan__name", "workspace__plan__predict_requests_per_minute", "job__id",
-    "job__state",
+    "job__state", "is_public",
 )  # fmt: skip
 
 
@@ -79,4 +86,68 @@ def models_for_table(*, workspace: Workspace) -> QuerySet[TrainedModel]:
     return training_selectors.model_list(workspace=workspace).annotate(
         main_metric=Cast(metric, FloatField()),
         deployed=Exists(Deployment.objects.filter(model=OuterRef("pk"))),
+    )
+
+
+# --- public models (the demo) -----------------------------------------------------------------
+
+
+class PublicModelAccess(WorkspaceAccess):
+    """A signed-in person trying another workspace's public model: they may run predictions
+    with it, and nothing else of that workspace is theirs (404, as for a stranger)."""
+
+    def can(self, perm: Perm) -> bool:
+        return perm == Perm.PREDICT
+
+    def require(self, perm: Perm) -> None:
+        if perm != Perm.PREDICT:
+            raise Http404("No such model.")
+
+
+def model_public_access(*, user: User, model: TrainedModel) -> WorkspaceAccess:
+    """The access of anyone signed in to a public `model` (TrainedModel.is_public); a model
+    that is not public is 404 with the words an unknown id gets."""
+    if not user.is_authenticated or not model.is_public:
+        raise Http404("No such model.")
+    return PublicModelAccess(
+        workspace=model.workspace, user=user, role="", perms=frozenset({Perm.PREDICT})
+    )
+
+
+def models_public() -> QuerySet[TrainedModel]:
+    """Models anyone signed in may try, with the dataset their version was saved from."""
+    return TrainedModel.objects.filter(
+        is_public=True, inspect_state=InspectState.OK
+    ).select_related("workspace", "dataset_version__dataset")
+
+
+def model_public_get(*, pk: int) -> TrainedModel:
+    model = models_public().filter(pk=pk).first()
+    if model is None:
+        raise Http404("No such model.")
+    return model
+
+
+def models_public_for_dataset(*, dataset: Dataset) -> list[TrainedModel]:
+    """The public models trained on `dataset` (a public one), the project's current first."""
+    models = list(
+        models_public()
+        .filter(dataset_version__dataset=dataset, workspace=dataset.workspace)
+        .order_by("-is_current", "-created_at", "-pk")
+    )
+    for model in models:
+        key, model.main_metric_label = MAIN_METRIC.get(model.task, ("", "metric"))
+        model.main_metric = model.metrics.get(key)
+    return models
+
+
+def model_public_samples(*, model: TrainedModel) -> list[Image]:
+    """A few val images of the model's dataset to try it on, when that dataset is public."""
+    version = model.dataset_version
+    if version is None or not version.dataset.is_public:
+        return []
+    return list(
+        Image.objects.filter(dataset=version.dataset, split="val")
+        .select_related("dataset")
+        .order_by("pk")[:PUBLIC_SAMPLE_IMAGES]
     )

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from datasets.models import Task
 from deploy.models import Deployment
-from deploy.selectors import models_for_table
+from deploy.selectors import model_public_samples, models_for_table
 from deploy.services_models import model_delete
 from training import selectors as training_selectors
 from training.selectors import MAIN_METRIC
@@ -112,24 +112,27 @@ for result in response.json()["images"][0]["results"]:
     return {"curl": curl, "python": python}
 
 
+def try_context(request: HtmxHttpRequest, model) -> dict:
+    """What the try-it page shows of `model`: for its workspace, and for a public model
+    (deploy.views_public)."""
+    predict_path = reverse("api:model_predict", kwargs={"model_id": model.pk})
+    predict_url = request.build_absolute_uri(predict_path)
+    return {
+        "model": model,
+        "predict_path": predict_path,
+        "predict_url": predict_url,
+        "snippets": _snippets(predict_url),
+        "image_sizes": sorted({*TRY_IMAGE_SIZES, model.imgsz}),
+        "samples": model_public_samples(model=model),
+    }
+
+
 @workspace_view(Perm.PREDICT)
 @require_GET
 def model_try(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
     model = training_selectors.model_get(workspace=access.workspace, pk=pk)
-    predict_path = reverse("api:model_predict", kwargs={"model_id": model.pk})
-    predict_url = request.build_absolute_uri(predict_path)
-    sizes = sorted({*TRY_IMAGE_SIZES, model.imgsz})
     return render(
-        request,
-        "deploy/model_try.html",
-        {
-            "access": access,
-            "model": model,
-            "predict_path": predict_path,
-            "predict_url": predict_url,
-            "snippets": _snippets(predict_url),
-            "image_sizes": sizes,
-        },
+        request, "deploy/model_try.html", {"access": access, **try_context(request, model)}
     )
 
 

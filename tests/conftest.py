@@ -22,6 +22,7 @@ from workspaces.selectors import workspace_access_for_user
 SLOW_FIRST = (
     "tests/browser/test_journey.py",
     "tests/reliability/",
+    "tests/training/test_demo_model.py",
     "tests/training/test_engine.py",
     "tests/browser/",
 )

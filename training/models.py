@@ -115,6 +115,15 @@ class TrainingJob(models.Model):
     seed = models.IntegerField(default=0)
     extra_args = models.JSONField(default=dict, blank=True)
     is_quick_test = models.BooleanField(default=False)
+    # What becomes of its model when it succeeds (the demo job asks for both: its seed has no
+    # person to press the buttons).
+    promote_model = models.BooleanField(
+        default=False, help_text="When it succeeds, its model becomes the project's current one."
+    )
+    publish_model = models.BooleanField(
+        default=False,
+        help_text="When it succeeds, its model is public: anyone signed in may try it.",
+    )
     # Where it is
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED)
     attempts = models.PositiveIntegerField(default=0)
@@ -312,6 +321,11 @@ class TrainedModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     is_current = models.BooleanField(
         default=False, help_text="The project's promoted model (at most one per project)."
+    )
+    is_public = models.BooleanField(
+        default=False,
+        help_text="Anyone signed in may run predictions with it (never download it or see "
+        "its workspace): the demo model, shown with its public dataset.",
     )
     inspect_state = models.CharField(
         max_length=10,

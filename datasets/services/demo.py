@@ -1,7 +1,8 @@
 """The demo dataset: coloured shapes on noisy backgrounds, generated, with exact boxes.
 
-Small and easy on purpose: a YOLO detector learns it in about a minute on a CPU, so a new
-install can go from data to a trained model without finding any data first.
+Small and easy on purpose: a YOLO detector learns it from scratch in about two minutes of a
+2-core CPU, so a new install can go from data to a trained model without finding any data first
+(the first `make run` trains one: training.services.demo_model).
 """
 
 import io
@@ -144,7 +145,7 @@ def demo_dataset_seed() -> Dataset:
         description=(
             f"{TRAIN + VAL} generated {SIZE}×{SIZE} pictures of circles, squares and triangles "
             "in colours on noisy backgrounds, with exact boxes. Small enough to train a "
-            "detector on a CPU in about a minute."
+            "detector from scratch on a CPU in a couple of minutes."
         ),
     )
     classes = DatasetClass.objects.bulk_create(

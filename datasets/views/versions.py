@@ -18,6 +18,7 @@ from datasets.services import datasets as dataset_services
 from datasets.services import versions as services
 from datasets.services.clone import clone_targets_for_user, dataset_clone
 from datasets.services.export import FORMATS, export_filename, export_run
+from deploy.selectors import models_public_for_dataset
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_user
@@ -221,6 +222,7 @@ def public_dataset(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dataset = selectors.dataset_public_get(pk=pk)
     context = _dataset_overview(dataset)
     context["thumbs"] = _thumbs_by_dataset([dataset.pk], PUBLIC_THUMBS).get(dataset.pk, [])
+    context["public_models"] = models_public_for_dataset(dataset=dataset)
     if request.user.is_authenticated:
         targets = clone_targets_for_user(user=request.user, source=dataset)
         context["targets"] = targets

@@ -467,6 +467,23 @@
     var items = (e.clipboardData && e.clipboardData.files) || [];
     if (items.length) take(items[0]);
   });
+  // A public model's page offers its dataset's pictures: one click fetches the image (same
+  // origin, the session's own access) and runs the model on it as on a dropped file.
+  root.querySelectorAll("[data-try-sample]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      if (state.busy || state.holding) return;
+      setStatus("Fetching " + button.dataset.name + "…", "busy");
+      fetch(button.dataset.trySample, { credentials: "same-origin" })
+        .then(function (response) {
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.blob();
+        })
+        .then(function (blob) {
+          take(new File([blob], button.dataset.name || "image", { type: blob.type || "image/jpeg" }));
+        })
+        .catch(function () { showError("Could not fetch " + button.dataset.name + "."); });
+    });
+  });
   form.noValidate = true; // the file may have come by drop or paste; checked below
   form.addEventListener("submit", function (e) {
     e.preventDefault();

@@ -1,6 +1,6 @@
 """Authorisation-matrix rows for the Models page, the try-it page and deleting a model
 (tests/test_authz_matrix.py). @spare_model is served by no deployment and used by no job, so
-whoever may delete it does (302 to the Models page)."""
+whoever may delete it does (302 to the Models page). @public_model is public (the demo's kind)."""
 
 from tests.test_authz_matrix import Row, _ws
 from tests.training.factories import trained_model_row
@@ -14,12 +14,18 @@ ROUTES = [
     Row("model_try", "get", "editor", 200, _ws(**_SPARE)),
     Row("model_delete", "get", "editor", 200, _ws(**_SPARE)),
     Row("model_delete", "post", "editor", 302, _ws(**_SPARE)),
+    # A public model's try-it page: anyone signed in; a private model has none, even for its team.
+    Row("public_model_try", "get", None, 200, {"pk": "@public_model"}, stranger=200),
+    Row("public_model_try", "get", None, 404, _SPARE),
 ]
 
 
 def models_ctx(values: dict) -> dict:
     model = trained_model_row(workspace=values["team"].workspace, class_names=["bird"])
-    return {"spare_model": model.pk}
+    public = trained_model_row(workspace=values["team"].workspace, class_names=["bird"])
+    public.is_public = True
+    public.save(update_fields=["is_public"])
+    return {"spare_model": model.pk, "public_model": public.pk}
 
 
 CTX = [models_ctx]

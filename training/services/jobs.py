@@ -99,11 +99,28 @@ def job_transition(job: TrainingJob, to: str, **fields) -> None:
     for name, value in fields.items():
         setattr(job, name, value)
     job.save(update_fields=["state", "updated_at", *fields])
+    if to == JobState.SUCCEEDED and (job.promote_model or job.publish_model):
+        _model_release(job)
     if job.is_final or to == JobState.STOPPED:
         settle(job)  # whatever it still holds goes back to available credits
     job_state_bump(job.pk)
     if job.is_final and job.notify_email:
         transaction.on_commit(lambda: job_notify_end(job.pk))
+
+
+def _model_release(job: TrainingJob) -> None:
+    """What the job asked to become of its model once it succeeds: current in its project,
+    public (TrainingJob.promote_model, publish_model)."""
+    from training.services.models import model_make_current  # it imports the supervisor
+
+    model = TrainedModel.objects.filter(job=job).first()
+    if model is None:
+        return
+    if job.publish_model and not model.is_public:
+        model.is_public = True
+        model.save(update_fields=["is_public"])
+    if job.promote_model:
+        model_make_current(model=model)
 
 
 def job_state_bump(job_id: int) -> None:

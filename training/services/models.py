@@ -90,6 +90,12 @@ def model_promote(*, access: WorkspaceAccess, model: TrainedModel) -> TrainedMod
     access.require(Perm.TRAIN)
     if model.workspace_id != access.workspace.pk:
         raise ServiceError("This model belongs to another workspace.")
+    return model_make_current(model=model)
+
+
+@transaction.atomic
+def model_make_current(*, model: TrainedModel) -> TrainedModel:
+    """model_promote's write, for a job that asked for it (TrainingJob.promote_model)."""
     # Two promotions in one project wait for each other here rather than one failing on the
     # one-current-model constraint.
     Project.objects.select_for_update().filter(pk=model.project_id).first()

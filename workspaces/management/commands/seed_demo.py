@@ -2,11 +2,14 @@ import secrets
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.urls import reverse
 
 from billing.services import plans_seed
 from datasets.services.demo import demo_dataset_seed
 from training.services.catalog import gpu_catalog_seed
+from training.services.demo_model import demo_model_seed
 from workspaces.models import Role, User, Workspace
+from workspaces.selectors import workspace_access_for_user
 from workspaces.services import (
     user_address_confirm,
     workspace_create_personal,
@@ -18,7 +21,10 @@ DEMO_TEAM = "Demo Team"
 
 
 class Command(BaseCommand):
-    help = "Seed the plans, a superuser admin@example.com and a demo team. Safe to run again."
+    help = (
+        "Seed the plans, a superuser admin@example.com, a demo team with its public dataset, "
+        "and (once) the job that trains its demo model. Safe to run again."
+    )
 
     @transaction.atomic
     def handle(self, *args, **options) -> None:
@@ -46,3 +52,12 @@ class Command(BaseCommand):
             self.stdout.write(f"Demo team workspace: /w/{team.slug}/")
         demo = demo_dataset_seed()
         self.stdout.write(f"Public demo dataset: {demo.name} (/explore/{demo.pk}/)")
+        access = workspace_access_for_user(user=admin, slug=team.slug)
+        job = demo_model_seed(access=access, dataset=demo)
+        if job is not None:
+            project = reverse("project_detail", kwargs={"ws_slug": team.slug, "pk": job.project_id})
+            explore = reverse("public_dataset", kwargs={"pk": demo.pk})
+            self.stdout.write(
+                "Demo model: training on this machine in the background, about two minutes "
+                f"({project}); then try it from {explore}"
+            )
