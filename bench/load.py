@@ -36,6 +36,7 @@ import json
 import os
 import random
 import secrets
+import shutil
 import signal
 import sys
 import time
@@ -584,6 +585,7 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - said, not hidden
                 print(f"could not drop database {args.database}: {e}", file=sys.stderr)
             redis_forget(tag, seeded)
+        shutil.rmtree(work, ignore_errors=True)  # its media, model and training folder
 
 
 async def run(args, seeded: Seeded, base: str) -> None:
