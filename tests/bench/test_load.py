@@ -9,17 +9,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from django.conf import settings
 
 from bench.load import ROUTES
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(
-    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="the bench makes a PostgreSQL database of its own: once, in the PostgreSQL run",
-)
+@pytest.mark.postgres_only("the bench makes a PostgreSQL database of its own: run it once")
 def test_a_short_load_run_reports_every_route_and_cleans_up():
     suite = re.sub(r"\W", "_", Path(os.environ.get("KESTREL_TEST_DB", "test")).stem)
     database = f"{suite}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_load"
