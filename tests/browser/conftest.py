@@ -95,13 +95,14 @@ def browser_problems() -> BrowserProblems:
 
 
 @pytest.fixture
-def new_page(chromium_browser, browser_problems, live_server):
-    """new_page(label) -> a page in a fresh browser context (own cookies), watched for errors."""
+def new_page_at(chromium_browser, browser_problems):
+    """new_page_at(base_url, label) -> a page in a fresh browser context (own cookies) whose
+    relative URLs go to base_url, watched for errors."""
     contexts = []
 
-    def make(label: str):
+    def make(base_url: str, label: str):
         context = chromium_browser.new_context(
-            base_url=live_server.url, viewport={"width": 1280, "height": 800}
+            base_url=base_url, viewport={"width": 1280, "height": 800}
         )
         context.set_default_timeout(15_000)
         contexts.append(context)
@@ -112,6 +113,12 @@ def new_page(chromium_browser, browser_problems, live_server):
     yield make
     for context in contexts:
         context.close()
+
+
+@pytest.fixture
+def new_page(new_page_at, live_server):
+    """new_page(label) -> a page on live_server in a fresh browser context, watched for errors."""
+    return lambda label: new_page_at(live_server.url, label)
 
 
 @pytest.fixture

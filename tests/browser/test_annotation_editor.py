@@ -10,6 +10,13 @@ import pytest
 from annotation.models import Suggestion
 from datasets.models import Blob, Image, Label, LabelStatus
 from tests.annotation.weights import confident_weights_save
+from tests.browser.helpers import EDITOR_READY as READY
+from tests.browser.helpers import editor_at as _at
+from tests.browser.helpers import editor_click as _click
+from tests.browser.helpers import editor_drag as _drag
+from tests.browser.helpers import editor_labels as _labels
+from tests.browser.helpers import editor_open as _open
+from tests.browser.helpers import editor_saved as _saved
 from tests.browser.helpers import log_in
 from tests.datasets.factories import DatasetClassFactory, DatasetFactory, ImageFactory, blob_for
 from tests.training.factories import trained_model_row
@@ -19,10 +26,6 @@ from workspaces.models import Role
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SHARED = Path("/work/shared/datasets")
-READY = (
-    "() => window.kestrelEditor && window.kestrelEditor.ready()"
-    " && window.kestrelEditor.imageLoaded()"
-)
 
 
 def _photo(folder: str, name: str) -> Blob:
@@ -57,46 +60,6 @@ def _editor_url(image: Image, query: str = "") -> str:
     ds = image.dataset
     url = f"/w/{ds.workspace.slug}/datasets/{ds.pk}/images/{image.pk}/annotate/"
     return f"{url}?{query}" if query else url
-
-
-def _open(page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_function(READY)
-
-
-def _at(page, x: float, y: float) -> tuple[float, float]:
-    """Page coordinates of a point in normalised image coordinates."""
-    return tuple(page.evaluate("([x, y]) => window.kestrelEditor.toClient(x, y)", [x, y]))
-
-
-def _drag(page, start, end) -> None:
-    page.mouse.move(*_at(page, *start))
-    page.mouse.down()
-    page.mouse.move(*_at(page, *end), steps=8)
-    page.mouse.up()
-
-
-def _click(page, x: float, y: float, hold: str = "", **kwargs) -> None:
-    """Clicks at a point of the image, holding the key `hold` (e.g. "Alt") if given."""
-    if hold:
-        page.keyboard.down(hold)
-    page.mouse.click(*_at(page, x, y), **kwargs)
-    if hold:
-        page.keyboard.up(hold)
-
-
-def _labels(page) -> list[dict]:
-    return page.evaluate("window.kestrelEditor.labels()")
-
-
-def _saved(page, revision: int) -> None:
-    """Waits until the autosave has stored revision `revision` (or later)."""
-    page.wait_for_function(
-        "(r) => window.kestrelEditor.revision() >= r"
-        " && document.querySelector('[data-testid=save-state]').dataset.state === 'saved'",
-        arg=revision,
-    )
-    assert page.inner_text("[data-testid=save-state]") == "Saved"
 
 
 def _no_problems(browser_problems) -> None:

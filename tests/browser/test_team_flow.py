@@ -12,38 +12,12 @@ import re
 import pytest
 from django.core.cache import cache
 
+from tests.browser.helpers import INVITE_LINK, click_and_load, confirm_address, sign_up
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 OWNER = "owner@example.com"
 VIEWER = "viewer@example.com"
-PASSWORD = "Kestrel-Falcon-93!wing"
-INVITE_LINK = re.compile(r"https?://[^\s\"'<>]+/invite/[^\s/\"'<>]+/")
-CONFIRM_LINK = re.compile(r"https?://[^\s]+/accounts/confirm-email/[^\s]+/")
-
-
-def click_and_load(page, locator) -> None:
-    """Click something that navigates, and wait until the page it leads to (after redirects) has
-    loaded. A bare click() may return before the navigation starts, and page.url would then
-    still be the old page's."""
-    with page.expect_navigation(wait_until="load"):
-        locator.click()
-
-
-def sign_up(page, email: str) -> None:
-    form = page.locator("main form[action*='/accounts/signup/']")
-    form.locator("[name=email]").fill(email)
-    form.locator("[name=password1]").fill(PASSWORD)
-    form.locator("[name=password2]").fill(PASSWORD)
-    click_and_load(page, form.locator("button[type=submit]"))
-
-
-def confirm_address(page, email: str, mailoutbox) -> None:
-    """Sign-up's next step: open the link allauth mailed to `email`, then confirm it."""
-    assert page.get_by_role("heading", level=1).inner_text() == "Confirm your email address"
-    mails = [m for m in mailoutbox if m.to == [email] and "/accounts/confirm-email/" in m.body]
-    assert mails, [(m.to, m.subject) for m in mailoutbox]
-    page.goto(CONFIRM_LINK.search(mails[-1].body).group(0))
-    click_and_load(page, page.locator("main form button[type=submit]"))
 
 
 def test_owner_invites_viewer_who_joins_and_is_refused_members_page(

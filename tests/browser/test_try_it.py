@@ -3,13 +3,12 @@ the model on the Models page, drop a photo, see the model's boxes drawn, raise t
 and see fewer, copy the curl snippet with this server's URL. And what a person sees when the
 model server is down or they call too often."""
 
-import base64
 from pathlib import Path
 
 import pytest
 
 from deploy.ratelimit import rate_take
-from tests.browser.helpers import log_in
+from tests.browser.helpers import drop_file, log_in
 
 # The shared inference server and the tiny trained models, as the deploy tests use them.
 from tests.deploy.conftest import (  # noqa: F401
@@ -55,24 +54,6 @@ def spread_copy(weights: Path, target: Path) -> Path:
     return target
 
 
-def _drop(page, path: Path) -> None:
-    """Drops the file on the drop zone as a drag from the desktop does."""
-    page.evaluate(
-        """([b64, name]) => {
-          const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-          const data = new DataTransfer();
-          data.items.add(new File([bytes], name, { type: "image/jpeg" }));
-          const zone = document.querySelector("[data-testid=dropzone]");
-          for (const type of ["dragenter", "dragover", "drop"]) {
-            zone.dispatchEvent(
-              new DragEvent(type, { dataTransfer: data, bubbles: true, cancelable: true })
-            );
-          }
-        }""",
-        [base64.b64encode(path.read_bytes()).decode(), path.name],
-    )
-
-
 def _open_try_page(page, workspace, model, screenshot=None) -> None:
     """From the nav's Models link, the Try button of `model`'s row."""
     page.goto(f"/w/{workspace.slug}/projects/")
@@ -113,7 +94,7 @@ def test_drop_a_photo_see_boxes_filter_them_and_copy_the_snippet(
     _open_try_page(page, workspace, model, screenshot)
     assert page.url.endswith(f"/models/{model.pk}/try/")
 
-    _drop(page, PHOTO)
+    drop_file(page, PHOTO)
     page.wait_for_function(READY, timeout=60_000)
     assert page.evaluate("window.kestrelTry.requests()") == 1  # one drop, one call
     assert page.evaluate("window.kestrelTry.error()") == ""
@@ -175,7 +156,7 @@ def test_errors_are_said_plainly(new_page, editor, settings, browser_problems, s
     log_in(page, user.email)
     _open_try_page(page, workspace, model)
 
-    _drop(page, PHOTO)
+    drop_file(page, PHOTO)
     page.wait_for_function(READY, timeout=30_000)
     assert page.evaluate("window.kestrelTry.requests()") == 1
     status = page.inner_text("[data-testid=try-status]")
@@ -242,7 +223,7 @@ def test_masks_keypoints_corners_and_classes_are_drawn(
     page = new_page("editor")
     log_in(page, user.email)
     page.goto(f"/w/{workspace.slug}/models/{model.pk}/try/")
-    _drop(page, photo)
+    drop_file(page, photo)
     page.wait_for_function(READY, timeout=60_000)
     assert page.evaluate("window.kestrelTry.error()") == ""
     assert page.evaluate("window.kestrelTry.total()") > 0
