@@ -88,7 +88,7 @@ ROUTES = [
     Row("project_delete", "get", "editor", 200, _ws(pk="@project")),
     Row("project_delete", "post", "editor", 302, _ws(pk="@project"), {"confirm": "Birds"}),
     Row("api_key_list", "get", "admin", 200, _ws()),
-    Row("api_key_list", "post", "admin", 200, _ws(), {"name": "k", "scopes": ["read"]}),
+    Row("api_key_list", "post", "admin", 302, _ws(), {"name": "k", "scopes": ["read"]}),
     Row("api_key_revoke", "post", "admin", 302, _ws(pk="@api_key")),
 ]
 

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
@@ -463,8 +464,16 @@ def project_delete(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
 @workspace_view(Perm.MANAGE_KEYS)
 @require_http_methods(["GET", "POST"])
 def api_key_list(request, access: WorkspaceAccess) -> HttpResponse:
+    # POST/redirect/GET, so a reload cannot create a second key: the plaintext waits in the
+    # session (never in a URL) and the next GET of this workspace's page pops it, shown once.
+    session_key = f"new_api_key:{access.workspace.pk}"
     form = ApiKeyForm(request.POST or None)
     new_key = None
+    if request.method == "GET" and session_key in request.session:
+        pending = request.session.pop(session_key)
+        key = selectors.api_key_list(workspace=access.workspace).filter(pk=pending["pk"]).first()
+        if key is not None:
+            new_key = {"key": key, "raw": pending["raw"]}
     if request.method == "POST" and form.is_valid():
         expires = form.cleaned_data["expires_at"]
         try:
@@ -477,9 +486,9 @@ def api_key_list(request, access: WorkspaceAccess) -> HttpResponse:
         except ServiceError as e:
             form.add_error(None, str(e))
         else:
-            new_key = {"key": key, "raw": raw}
-            form = ApiKeyForm()
-    return render(
+            request.session[session_key] = {"pk": key.pk, "raw": raw}
+            return redirect("api_key_list", ws_slug=access.workspace.slug)
+    response = render(
         request,
         "workspaces/api_key_list.html",
         {
@@ -491,6 +500,9 @@ def api_key_list(request, access: WorkspaceAccess) -> HttpResponse:
         },
         status=400 if form.errors else 200,
     )
+    if new_key is not None:
+        add_never_cache_headers(response)  # Back must not bring the plaintext back from a cache
+    return response
 
 
 @workspace_view(Perm.MANAGE_KEYS)

@@ -5,7 +5,8 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from workspaces.models import ApiKey
+from tests.workspaces.factories import MembershipFactory, WorkspaceFactory
+from workspaces.models import ApiKey, Role
 from workspaces.services import api_key_authenticate, api_key_create, api_key_revoke
 
 
@@ -81,7 +82,8 @@ def test_keys_page_shows_the_key_once_then_only_its_prefix(team, client):
     response = client.post(
         url, {"name": "ci runner", "scopes": ["read", "predict"], "expires_at": "2099-01-01"}
     )
-    assert response.status_code == 200
+    assert response.status_code == 302 and response["Location"] == url
+    response = client.get(url)
     raw = response.context["new_key"]["raw"]
     assert raw.encode() in response.content
     key = ApiKey.objects.get()
@@ -95,6 +97,41 @@ def test_keys_page_shows_the_key_once_then_only_its_prefix(team, client):
     client.post(reverse("api_key_revoke", kwargs={"ws_slug": "acme", "pk": key.pk}))
     assert b"revoked" in client.get(url).content
     assert api_key_authenticate(raw=raw) is None
+
+
+@pytest.mark.django_db
+def test_reloading_the_keys_page_after_creating_shows_the_key_once_and_makes_no_second(
+    team, client
+):
+    """Issue 16: the POST redirects, so a reload re-sends a GET; the plaintext is never in a URL."""
+    client.force_login(team.admin)
+    url = reverse("api_key_list", kwargs={"ws_slug": "acme"})
+    response = client.post(url, {"name": "ci", "scopes": ["read"]}, follow=True)
+    assert response.redirect_chain == [(url, 302)]
+    key = ApiKey.objects.get()
+    raw = response.context["new_key"]["raw"]
+    assert raw.startswith(f"ksk_{key.prefix}_") and api_key_authenticate(raw=raw) == key
+    assert response.content.count(raw.encode()) == 1
+    assert "no-store" in response["Cache-Control"]
+    for _ in range(2):  # reloading is a GET again: no key made, the plaintext gone
+        reload = client.get(url)
+        assert reload.status_code == 200 and reload.context["new_key"] is None
+        assert raw.encode() not in reload.content and b"Copy it now" not in reload.content
+    assert ApiKey.objects.count() == 1
+    assert not any(k.startswith("new_api_key") for k in client.session.keys())
+
+
+@pytest.mark.django_db
+def test_a_new_key_is_shown_only_on_its_own_workspace_page(team, client):
+    other = WorkspaceFactory(name="Other", slug="other")
+    MembershipFactory(workspace=other, user=team.admin, role=Role.ADMIN)
+    client.force_login(team.admin)
+    client.post(
+        reverse("api_key_list", kwargs={"ws_slug": "acme"}), {"name": "ci", "scopes": ["read"]}
+    )
+    elsewhere = client.get(reverse("api_key_list", kwargs={"ws_slug": "other"}))
+    assert elsewhere.context["new_key"] is None
+    assert client.get(reverse("api_key_list", kwargs={"ws_slug": "acme"})).context["new_key"]
 
 
 @pytest.mark.django_db
