@@ -34,6 +34,16 @@ def credits_format(amount: int) -> str:
     return f"{sign}{whole:,}.{digits}"
 
 
+def credits_format_rounded(amount: int) -> str:
+    """Micro-credits to the cent, for a figure read at a glance (a job's header): 885326 →
+    "0.89"; "< 0.01" for less than a cent but more than nothing."""
+    cents = (abs(amount) + 5_000) // 10_000
+    if cents == 0 and amount != 0:
+        return "< 0.01" if amount > 0 else "> -0.01"
+    sign = "-" if amount < 0 else ""
+    return f"{sign}{cents // 100:,}.{cents % 100:02d}"
+
+
 def _amount_check(amount: int) -> None:
     if isinstance(amount, bool) or not isinstance(amount, int):
         raise ServiceError("Amounts are whole micro-credits.")

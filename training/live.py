@@ -100,7 +100,17 @@ def sse(event: str, data, event_id: str | None = None) -> str:
 
 
 async def job_state(job_id: int) -> dict | None:
-    job = await TrainingJob.objects.filter(pk=job_id).only(*_JOB_FIELDS).afirst()
+    return await sync_to_async(_job_state)(job_id)
+
+
+def _job_state(job_id: int) -> dict | None:
+    # In a thread: job_state_dict reads the job's credits from the ledger.
+    job = (
+        TrainingJob.objects.filter(pk=job_id)
+        .select_related("gpu_type")
+        .only(*_JOB_FIELDS, "gpu_type__hourly_price")
+        .first()
+    )
     return None if job is None else job_state_dict(job)
 
 

@@ -16,6 +16,7 @@ from django.db.models import Sum
 
 from billing.ledger import (
     InsufficientCredits,
+    credits_format_rounded,
     credits_refund,
     hold_capture,
     hold_extend,
@@ -79,6 +80,20 @@ def spent(job: TrainingJob) -> int:
         job_id=job.pk, kind__in=[EntryKind.CAPTURE, EntryKind.REFUND]
     ).aggregate(s=Sum("amount"))["s"]
     return -(total or 0)
+
+
+def job_cost(job: TrainingJob) -> dict | None:
+    """Credits a priced job has spent and what it still holds (its estimate's rest), as
+    micro-credits and as the job's header shows them; None for a free machine."""
+    if not metered(job):
+        return None
+    used, held = spent(job), job_open_hold(job)
+    return {
+        "spent": used,
+        "held": held,
+        "spent_text": credits_format_rounded(used),
+        "held_text": credits_format_rounded(held),
+    }
 
 
 def meter(attempt_id: int, until: datetime) -> str | None:

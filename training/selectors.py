@@ -27,6 +27,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from datasets.models import DatasetVersion, Task
+from training.metering import job_cost
 from training.models import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -387,7 +388,7 @@ def _seconds(seconds: int) -> str:
 
 def job_state_dict(job: TrainingJob) -> dict:
     """The job as the live page knows it: the event stream's `state` and `end` events and the
-    page's starting data."""
+    page's starting data. A priced job's credits are read from its ledger entries (two queries)."""
     refusal = job_resume_refusal(job)
     return {
         "id": job.pk,
@@ -408,4 +409,6 @@ def job_state_dict(job: TrainingJob) -> dict:
         # Resume is shown only where it can help; a failed job that it cannot says why.
         "resumable": not refusal,
         "no_resume": refusal if job.state == JobState.FAILED else "",
+        # Read with the state, so the header's hold is gone once Stop or the end releases it.
+        "cost": job_cost(job),
     }

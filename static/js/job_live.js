@@ -171,7 +171,16 @@
     updateButtons();
     updateProgress();
     applyWatch(job.watch);
+    applyCost(job.cost);
     tick();
+  }
+
+  // Credits used and still held: Stop and the end release the hold, and the header says so.
+  function applyCost(cost) {
+    if (!cost) return;
+    setText(testid("job-cost-spent"), cost.spent_text);
+    setText(testid("job-cost-held-figure"), cost.held_text);
+    show(testid("job-cost-held"), cost.held > 0);
   }
 
   function meanEpochSeconds() {

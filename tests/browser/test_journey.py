@@ -421,9 +421,9 @@ def train_watch_stop_resume(journey: Journey, page, project_url: str) -> Trainin
         job.refresh_from_db()
         assert job.state == JobState.STOPPED and job.checkpoint_epoch < EPOCHS, job.state
         assert page.get_by_test_id("job-resume").is_visible()
-        # A stopped job holds no credits while it waits (the header says so after a reload:
-        # live, it still shows what was held while running).
-        page.reload()
+        # A stopped job holds no credits while it waits, and the header says so live, without
+        # a reload (issue 16: it said "0.885326 more held" until one).
+        page.get_by_test_id("job-cost-held").wait_for(state="hidden", timeout=30_000)
         assert "Credits used" in page.inner_text("[data-testid=job-cost]")
         assert "held" not in page.inner_text("[data-testid=job-cost]")
     with journey.step("resumed-and-done", page):

@@ -152,8 +152,48 @@ def test_the_job_page_shows_the_credits_used_and_still_held(
     meter(attempt.pk, start + timedelta(seconds=90))  # 0.09 credits
     client.force_login(team.viewer)
     page = client.get(f"/w/acme/training/jobs/{job.pk}/").content.decode()
-    assert "Credits used</span> 0.09" in page
-    assert "0.81 more held for the estimate" in page  # 15 minutes held, 90 s of it spent
+    assert '<span data-testid="job-cost-spent">0.09</span>' in page
+    # 15 minutes held, 90 s of it spent: 0.81, to the cent like the page's other figures.
+    assert '<span data-testid="job-cost-held-figure">0.81</span> more held' in page
+
+
+@pytest.mark.django_db
+def test_the_live_state_carries_the_credits_and_says_none_are_held_after_a_stop(
+    team, project, detect_version, priced
+):
+    """Issue 16: after Stop the header said "0.885326 more held for the estimate" until a reload.
+    The live state (the stream's state and end events) carries the credits, rounded."""
+    from asgiref.sync import async_to_sync
+
+    from training.live import job_state
+    from training.selectors import job_state_dict
+    from training.services.jobs import job_stop, job_transition
+
+    job = submit(team, project, detect_version, priced)
+    start = timezone.now() - timedelta(seconds=100)
+    attempt = TrainingAttempt.objects.create(job=job, number=1, worker="w")
+    TrainingAttempt.objects.filter(pk=attempt.pk).update(started_at=start)
+    meter(attempt.pk, start + timedelta(seconds=14.674))  # 14,674 micro-credits spent
+    TrainingJob.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    job = job_reload(job)
+    running = job_state_dict(job)["cost"]
+    assert running["spent"] == spent(job) and running["held"] == job_open_hold(job) > 0
+    assert running["spent_text"] == "0.01" and running["held_text"] == "0.89"  # not 0.885326
+    assert async_to_sync(job_state)(job.pk)["cost"] == running  # as the event stream reads it
+
+    job_stop(access=team.access("editor"), job=job)
+    job_transition(job_reload(job), JobState.STOPPED)  # what the supervisor does after the batch
+    stopped = async_to_sync(job_state)(job.pk)
+    assert stopped["state"] == JobState.STOPPED
+    assert stopped["cost"]["held"] == 0 and stopped["cost"]["spent_text"] == "0.01"
+    assert job_state_dict(job_reload(job))["cost"] == stopped["cost"]
+
+
+@pytest.mark.django_db
+def test_a_free_machine_has_no_credits_in_the_live_state(team, project, detect_version, gpu_local):
+    from training.selectors import job_state_dict
+
+    assert job_state_dict(submit(team, project, detect_version, gpu_local))["cost"] is None
 
 
 @pytest.mark.django_db

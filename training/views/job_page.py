@@ -8,9 +8,8 @@ from urllib.parse import urlencode
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.ledger import job_open_hold
 from datasets.models import DatasetClass
-from training import metering, selectors
+from training import selectors
 from training.estimator import microcredits, reestimate
 from training.forms import version_label
 from training.models import (
@@ -239,13 +238,6 @@ def _title_prefix(job: TrainingJob, progress: dict | None) -> str:
     return job.get_state_display()
 
 
-def _cost(job: TrainingJob) -> dict | None:
-    """Credits a priced job has spent, and what it still holds (its estimate's rest)."""
-    if not metering.metered(job):
-        return None
-    return {"spent": metering.spent(job), "held": job_open_hold(job)}
-
-
 def _estimate(job: TrainingJob) -> dict | None:
     """The estimate made at the start and, once an epoch is measured, the job's own."""
     after = reestimate(job)
@@ -284,7 +276,7 @@ def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
         "artifacts": [a for a in _artifacts(job) if a["name"] not in results["shown"]],
         "log": ANSI.sub("", "\n".join(log_lines)),
         "model": TrainedModel.objects.filter(job=job).first(),
-        "cost": _cost(job),
+        "cost": live["job"]["cost"],
         "estimate": _estimate(job),
         # The buttons that may be needed while the page is open are in the page; the script
         # shows each one as the job's state allows (the same rules as here).
