@@ -1,6 +1,8 @@
 """The estimator: FLOPs measured by Ultralytics in a subprocess, time, cost and memory per
 machine, the marks, calibration from finished jobs, the form's panel and the API."""
 
+import html
+import re
 from datetime import timedelta
 
 import pytest
@@ -211,15 +213,25 @@ def _url(route: str, **kwargs) -> str:
     return reverse(route, kwargs={"ws_slug": "acme", **kwargs})
 
 
-def test_the_form_page_shows_estimates_for_its_initial_values(client, team, project, catalog):
-    small_version(access=team.access("owner"))
+def test_the_form_page_answers_at_once_and_loads_the_estimates_of_its_initial_values(
+    client, team, project, catalog
+):
+    version = small_version(access=team.access("owner"))
     client.force_login(team.editor)
-    page = client.get(_url("job_create", pk=project.pk)).content.decode()
-    assert 'data-testid="estimates"' in page
-    assert 'hx-get="/w/acme/projects/' in page and 'hx-trigger="change from:#train-form' in page
-    assert 'data-testid="estimate-h200"' in page and 'data-testid="estimate-local"' in page
-    assert "3 training and 1 validation images, 100 epochs at 640 px, batch auto" in page
-    assert 'data-testid="badge-fastest"' in page
+    page = html.unescape(client.get(_url("job_create", pk=project.pk)).content.decode())
+    # Estimating every machine takes seconds: the page does not wait for it.
+    assert 'data-testid="estimates-pending">Estimating…' in page
+    assert 'data-testid="estimate-local"' not in page
+    assert 'hx-get="/w/acme/projects/' in page
+    assert 'hx-trigger="load, change from:#train-form' in page
+    assert 'hx-sync="this:queue last"' in page and 'hx-swap="innerHTML"' in page
+    # The panel of what the form holds (the same as the link without JavaScript).
+    link = re.search(r'<noscript><p><a href="([^"]+)"', page).group(1)
+    assert f"dataset_version={version.pk}" in link
+    panel = client.get(link, headers={"HX-Request": "true"}).content.decode()
+    assert 'data-testid="estimate-h200"' in panel and 'data-testid="estimate-local"' in panel
+    assert "3 training and 1 validation images, 100 epochs at 640 px, batch auto" in panel
+    assert 'data-testid="badge-fastest"' in panel
 
 
 def test_the_panel_alone_follows_the_form(client, team, project, catalog):
@@ -239,7 +251,8 @@ def test_the_panel_alone_follows_the_form(client, team, project, catalog):
     )
     assert response.status_code == 200
     page = response.content.decode()
-    assert "<html" not in page and page.lstrip().startswith('<div id="estimates"')
+    # The inside of the form's box, which stays (hx-swap innerHTML).
+    assert "<html" not in page and page.lstrip().startswith("<h3>Estimates</h3>")
     assert "5 epochs at 1280 px, batch 32" in page
     assert 'data-testid="no-fit"' in page  # the 16 GB card
     assert "estimate-rtx-2000-ada" in page

@@ -9,7 +9,13 @@ from datasets.services.versions import version_create
 from tests.training.conftest import SHARED, single_class_copy, version_of
 from training.models import GpuType, JobState, TrainedModel, TrainingJob
 from training.services.arguments import TrainParams
-from training.services.jobs import job_cancel, job_resume, job_stop, job_submit
+from training.services.jobs import (
+    job_cancel,
+    job_resume,
+    job_stop,
+    job_submit,
+    version_unmeasured_warning,
+)
 from workspaces.selectors import workspace_access_for_user
 from workspaces.services import ServiceError
 
@@ -82,8 +88,9 @@ def test_a_version_with_no_labels_is_refused(team, project, detect_version, gpu_
     refused(team, project, empty, gpu_local, params(), "has no labels")
 
 
-def test_a_class_missing_from_val_is_refused(team, project, gpu_local):
-    # coco8 as it is: its train classes (giraffe, zebra, ...) never appear in val.
+def test_a_class_missing_from_val_is_trained_with_a_warning(team, project, gpu_local):
+    # coco8 as it is: its train classes (giraffe, zebra, ...) never appear in val. Ultralytics
+    # trains it and measures mAP over the classes val has, so it is not refused.
     version = version_of(
         user=team.owner,
         workspace=team.workspace,
@@ -91,7 +98,21 @@ def test_a_class_missing_from_val_is_refused(team, project, gpu_local):
         task="detect",
         name="coco8 raw",
     )
-    refused(team, project, version, gpu_local, params(), "no labels in val")
+    job = job_submit(
+        access=access_of(team),
+        project=project,
+        version=version,
+        gpu_type_id=gpu_local.pk,
+        params=params(),
+    )
+    assert job.state == JobState.QUEUED
+    warning = version_unmeasured_warning(version)
+    assert "“giraffe”" in warning and "no labels in val" in warning
+    assert "move some of their images to val" in warning
+
+
+def test_a_version_with_every_class_in_val_has_no_warning(detect_version):
+    assert version_unmeasured_warning(detect_version) == ""
 
 
 def test_a_version_without_val_is_refused(team, project, gpu_local, tmp_path):

@@ -117,9 +117,10 @@ def test_each_bad_input_shows_its_reason_and_keeps_the_values(
     assert TrainingJob.objects.count() == 0
 
 
-def test_a_version_with_classes_missing_from_val_is_refused_on_the_form(
-    client, team, project, gpu_local, tmp_path
+def test_a_version_with_classes_missing_from_val_trains_and_says_what_is_not_measured(
+    client, team, project, gpu_local
 ):
+    # coco8 as Ultralytics ships it: most of its train classes never appear in val.
     version = version_of(
         user=team.owner,
         workspace=team.workspace,
@@ -128,12 +129,33 @@ def test_a_version_with_classes_missing_from_val_is_refused_on_the_form(
         name="coco8 all classes",
     )
     client.force_login(team.editor)
+    # Before submit: the estimate panel of the form, for that version.
+    panel = _text(client.get(_url("job_estimate", pk=project.pk), {"dataset_version": version.pk}))
+    warning = re.search(r'data-testid="val-warning">(.*?)</p>', panel, re.S)
+    assert warning, "the form does not warn of the classes missing from val"
+    assert "“zebra”" in warning.group(1) and "no labels in val" in warning.group(1)
+    assert "cannot be measured" in warning.group(1)
+    assert "move some of their images to val" in warning.group(1)
+    # The job is created, and its page says the same.
     response = client.post(_url("job_create", pk=project.pk), _form(version, gpu_local))
-    assert response.status_code == 400
-    page = _text(response)
-    assert "no labels in val" in page and "move some of its images to val" in page
-    assert re.search(rf'<option value="{version.pk}" selected>', page)
-    assert TrainingJob.objects.count() == 0
+    job = TrainingJob.objects.get()
+    assert response.status_code == 302 and response.url == _url("job_detail", pk=job.pk)
+    page = _text(client.get(response.url))
+    shown = re.search(r'data-testid="job-val-warning">(.*?)</p>', page, re.S)
+    assert shown and shown.group(1) == warning.group(1)
+
+
+def test_a_version_with_every_class_in_val_has_no_warning(
+    client, team, project, detect_version, gpu_local
+):
+    client.force_login(team.editor)
+    panel = _text(
+        client.get(_url("job_estimate", pk=project.pk), {"dataset_version": detect_version.pk})
+    )
+    assert 'data-testid="estimate-local"' in panel and "val-warning" not in panel
+    client.post(_url("job_create", pk=project.pk), _form(detect_version, gpu_local))
+    page = _text(client.get(_url("job_detail", pk=TrainingJob.objects.get().pk)))
+    assert "job-val-warning" not in page
 
 
 def test_an_unavailable_machine_is_refused_with_its_reason(

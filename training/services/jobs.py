@@ -179,16 +179,11 @@ class VersionFacts:
     val_images: int
     labels: int
     classes: list[str]
+    # Trained on but absent from val: Ultralytics trains them, but no accuracy is measured.
+    unmeasured: list[str]
 
 
-def version_facts(version: DatasetVersion, *, task: str) -> VersionFacts:
-    """What a job needs to know of a version, refusing one that cannot train `task`."""
-    dataset = version.dataset
-    if dataset.task != task:
-        raise ServiceError(
-            f"“{dataset.name}” is a {dataset.get_task_display().lower()} dataset; it cannot "
-            f"train a {Task(task).label.lower()} model."
-        )
+def _version_count(version: DatasetVersion, task: str) -> VersionFacts:
     manifest = version_manifest_load(version)
     classes = manifest["classes"]
     split_images: Counter = Counter()
@@ -204,30 +199,52 @@ def version_facts(version: DatasetVersion, *, task: str) -> VersionFacts:
         labels += len(own)
         if image["split"] in split_classes:
             split_classes[image["split"]].update(lb["class"] for lb in own)
-    name = f"{dataset.name} v{version.number}"
-    if labels == 0:
-        raise ServiceError(f"{name} has no labels; label some images and save a new version.")
-    if not split_images["train"]:
-        raise ServiceError(f"{name} has no training images; move some images to train.")
-    if not split_images["val"]:
-        raise ServiceError(
-            f"{name} has no validation images, so its accuracy cannot be measured; "
-            "auto-split the dataset (e.g. 80/20) and save a new version."
-        )
     trained = set(split_classes["train"])
-    missing = [classes[i] for i in sorted(trained - set(split_classes["val"]))]
-    if missing:
-        shown = ", ".join(f"“{n}”" for n in missing[:5]) + (" …" if len(missing) > 5 else "")
-        raise ServiceError(
-            f"{name}: {shown} {'has' if len(missing) == 1 else 'have'} no labels in val, so "
-            "the model's accuracy on it cannot be measured; move some of its images to val and "
-            "save a new version."
-        )
     return VersionFacts(
         train_images=split_images["train"],
         val_images=split_images["val"],
         labels=labels,
         classes=classes,
+        unmeasured=[classes[i] for i in sorted(trained - set(split_classes["val"]))],
+    )
+
+
+def version_facts(version: DatasetVersion, *, task: str) -> VersionFacts:
+    """What a job needs to know of a version, refusing one that cannot train `task`."""
+    dataset = version.dataset
+    if dataset.task != task:
+        raise ServiceError(
+            f"“{dataset.name}” is a {dataset.get_task_display().lower()} dataset; it cannot "
+            f"train a {Task(task).label.lower()} model."
+        )
+    facts = _version_count(version, task)
+    name = f"{dataset.name} v{version.number}"
+    if facts.labels == 0:
+        raise ServiceError(f"{name} has no labels; label some images and save a new version.")
+    if not facts.train_images:
+        raise ServiceError(f"{name} has no training images; move some images to train.")
+    if not facts.val_images:
+        raise ServiceError(
+            f"{name} has no validation images, so its accuracy cannot be measured; "
+            "auto-split the dataset (e.g. 80/20) and save a new version."
+        )
+    return facts
+
+
+def version_unmeasured_warning(version: DatasetVersion) -> str:
+    """Which trained classes have no labels in val, and what to do about it; "" when none.
+    Not a refusal: Ultralytics trains them and measures mAP over the classes val has (coco8,
+    its own example, is like that), but a newcomer should know those figures are missing."""
+    missing = _version_count(version, version.dataset.task).unmeasured
+    if not missing:
+        return ""
+    shown = ", ".join(f"“{n}”" for n in missing[:5]) + (" …" if len(missing) > 5 else "")
+    one = len(missing) == 1
+    return (
+        f"{version.dataset.name} v{version.number}: {shown} {'has' if one else 'have'} no "
+        f"labels in val, so the model's accuracy on {'it' if one else 'them'} cannot be "
+        "measured (training still uses them). To measure it, move some of "
+        f"{'its' if one else 'their'} images to val and save a new version."
     )
 
 

@@ -14,6 +14,7 @@ from training.estimator import EstimateConfig, EstimateRow, estimates_for, versi
 from training.forms import BatchField
 from training.models import ModelFamily, ModelSize
 from training.services.arguments import EPOCHS_MAX, IMGSZ_MAX, IMGSZ_MIN
+from training.services.jobs import version_unmeasured_warning
 from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -21,6 +22,17 @@ from workspaces.selectors import WorkspaceAccess
 from workspaces.views import HtmxHttpRequest
 
 logger = logging.getLogger(__name__)
+
+# The form's fields an estimate depends on (the panel's hx-include names the same).
+ESTIMATE_FIELDS = (
+    "dataset_version",
+    "task",
+    "model_family",
+    "model_size",
+    "epochs",
+    "imgsz",
+    "batch",
+)
 
 
 def _whole(text, default: int, low: int, high: int) -> int:
@@ -31,13 +43,17 @@ def _whole(text, default: int, low: int, high: int) -> int:
     return min(max(value, low), high)
 
 
+def _version_pick(data, versions, initial_version=None):
+    asked = str(data.get("dataset_version", ""))
+    return (versions.filter(pk=int(asked)).first() if asked.isdigit() else None) or (
+        initial_version or versions.first()
+    )
+
+
 def estimate_config(data, versions, initial_version=None) -> EstimateConfig | None:
     """The job the form describes so far, read leniently (the form itself says what is wrong);
     None without a dataset version."""
-    asked = str(data.get("dataset_version", ""))
-    version = (versions.filter(pk=int(asked)).first() if asked.isdigit() else None) or (
-        initial_version or versions.first()
-    )
+    version = _version_pick(data, versions, initial_version)
     if version is None:
         return None
     train, val = version_images(version)
@@ -80,11 +96,13 @@ def job_estimate(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> 
     versions = selectors.trainable_versions(workspace=access.workspace)
     config = estimate_config(request.GET, versions)
     rows, missing = estimate_rows(config, access.workspace)
+    version = _version_pick(request.GET, versions)
     context = {
         "access": access,
         "project": project,
         "estimate_config": config,
         "estimates": rows,
         "estimate_missing": missing,
+        "val_warning": version_unmeasured_warning(version) if version else "",
     }
     return render(request, "training/job_form.html#estimates", context)

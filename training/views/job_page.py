@@ -18,6 +18,7 @@ from training.models import (
     TrainedModel,
     TrainingJob,
 )
+from training.services.jobs import version_unmeasured_warning
 from training.services.jobs_resume import job_resume_refusal
 from training.supervisor import job_progress
 from workspaces.permissions import Perm
@@ -266,6 +267,7 @@ def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
         "access": access,
         "job": job,
         "version_label": version_label(job.dataset_version),
+        "val_warning": version_unmeasured_warning(job.dataset_version),
         "progress": live["progress"],
         "live_data": live,
         "title_prefix": _title_prefix(job, live["progress"]),

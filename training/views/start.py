@@ -1,5 +1,7 @@
 """The form that starts a training job (or a quick test run) in a project."""
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -10,7 +12,7 @@ from training.forms import TrainForm
 from training.services.arguments import extra_args_parse
 from training.services.catalog import gpu_choices
 from training.services.jobs import job_submit
-from training.views.estimate import estimate_config, estimate_rows
+from training.views.estimate import ESTIMATE_FIELDS
 from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -70,15 +72,8 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                 return redirect("job_detail", ws_slug=access.workspace.slug, pk=job.pk)
     if form.is_bound:
         picked = form.data.get("gpu_type", "")
-        config = estimate_config(form.data, versions)
     else:
         picked = next((str(c.gpu.pk) for c in machines if c.available), "")
-        config = estimate_config(
-            {name: form[name].value() for name in form.fields},
-            versions,
-            initial_version=form.initial.get("dataset_version"),
-        )
-    estimates, estimate_missing = estimate_rows(config, access.workspace)
     return render(
         request,
         "training/job_form.html",
@@ -89,9 +84,11 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
             "machines": machines,
             "picked_gpu": picked,
             "has_versions": versions.exists(),
-            "estimate_config": config,
-            "estimates": estimates,
-            "estimate_missing": estimate_missing,
+            # Estimating every machine takes seconds: the panel loads after the page (htmx),
+            # or from this link without JavaScript.
+            "estimate_query": urlencode(
+                {name: form[name].value() or "" for name in ESTIMATE_FIELDS}
+            ),
         },
         status=400 if form.is_bound else 200,
     )
