@@ -37,6 +37,7 @@ from tests.browser.conftest import (  # noqa: F401 - the team's browser fixtures
     browser_problems,
     chromium_browser,
     new_page,
+    new_page_at,
     screenshot,
 )
 from tests.datasets.factories import DatasetFactory
