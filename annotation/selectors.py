@@ -61,7 +61,9 @@ def suggestions_visible(image: Image, labels: list[dict]) -> list[dict]:
     """The image's suggestions, less those that duplicate an existing label (same class,
     IoU ≥ 0.7): a person has already drawn them."""
     rows = list(
-        Suggestion.objects.filter(image=image).select_related("model").order_by("-confidence")
+        Suggestion.objects.filter(image=image)
+        .select_related("model")
+        .order_by("-confidence", "pk")  # ties in one order on every database
     )
     if not rows:
         return []
