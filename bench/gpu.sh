@@ -80,23 +80,8 @@ export KESTREL_GPU_RUN=$work
 pids=()
 leftovers_stop() {
   [ -n "${PY:-}" ] || return 0
-  "$PY" - "$work" <<'EOF' 2>/dev/null
-import os, sys, psutil
-left = []
-for proc in psutil.process_iter():
-    try:
-        if proc.pid != os.getpid() and proc.environ().get("KESTREL_GPU_RUN") == sys.argv[1]:
-            left.append(proc)
-    except psutil.Error:
-        pass
-for proc in left:
-    proc.terminate()
-_, alive = psutil.wait_procs(left, timeout=10)
-for proc in alive:
-    proc.kill()
-if left:
-    print(f"gpu.sh: stopped {len(left)} process(es) left running")
-EOF
+  "$PY" scripts/stop_tagged.py KESTREL_GPU_RUN "$work" \
+    "gpu.sh: stopped {count} process(es) left running" 2>/dev/null
 }
 stop_all() {
   leftovers_stop

@@ -45,23 +45,8 @@ stop_all() {
   $PY manage.py deployments_halt 2>/dev/null || true
   # Whatever supervisord started and did not stop (it was killed, say) still names its socket
   # in its environment: stop that too, so the next `make run` finds its ports free.
-  $PY - "$socket_url" <<'EOF' || true
-import os, sys, psutil
-left = []
-for proc in psutil.process_iter():
-    try:
-        if proc.pid != os.getpid() and proc.environ().get("SUPERVISOR_SERVER_URL") == sys.argv[1]:
-            left.append(proc)
-    except psutil.Error:
-        pass
-for proc in left:
-    proc.terminate()
-_, alive = psutil.wait_procs(left, timeout=10)
-for proc in alive:
-    proc.kill()
-if left:
-    print(f"Stopped {len(left)} process(es) supervisord had left running.")
-EOF
+  $PY scripts/stop_tagged.py SUPERVISOR_SERVER_URL "$socket_url" \
+    "Stopped {count} process(es) supervisord had left running." || true
   echo "Stopped."
 }
 on_exit() {
