@@ -57,7 +57,7 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
     page.goto(f"{asgi_server}/w/acme/projects/{project.pk}/train/")
     page.select_option("select[name=model_family]", "yolo11")
     page.check("input[name=weights][value=scratch]")
-    page.fill("input[name=epochs]", "15")
+    page.fill("input[name=epochs]", "25")
     page.fill("input[name=imgsz]", "64")
     page.fill("input[name=batch]", "4")
     with page.expect_navigation():
@@ -69,7 +69,7 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
     status = page.locator("[data-testid=job-status]")
     status.and_(page.locator("[data-state=running]")).wait_for(timeout=60_000)
     page.wait_for_function(
-        "() => /Epoch ([2-9]|1[0-9]) of 15/.test("
+        "() => /Epoch ([2-9]|1[0-9]|2[0-4]) of 25/.test("
         "document.querySelector('[data-testid=job-progress]').innerText)",
         timeout=120_000,
     )
@@ -93,14 +93,14 @@ def test_a_person_trains_stops_resumes_and_downloads_a_model(
     page.click("[data-testid=job-stop]")
     page.locator("[data-testid=job-status][data-state=stopped]").wait_for(timeout=120_000)
     job = TrainingJob.objects.get()
-    assert job.state == JobState.STOPPED and job.checkpoint_epoch < 15
+    assert job.state == JobState.STOPPED and job.checkpoint_epoch < 25
     assert TrainedModel.objects.filter(job=job).exists()
     screenshot(page, "stopped")
 
     page.click("[data-testid=job-resume]")
     page.wait_for_url(url)
     page.locator("[data-testid=job-status][data-state=succeeded]").wait_for(timeout=240_000)
-    assert "Epoch 15 of 15" in page.inner_text("[data-testid=job-progress]")
+    assert "Epoch 25 of 25" in page.inner_text("[data-testid=job-progress]")
     page.click("#tab-results")
     results = page.locator("#panel-results")
     results.get_by_text("object").first.wait_for(timeout=20_000)  # per-class table, matrix
