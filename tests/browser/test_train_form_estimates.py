@@ -4,8 +4,8 @@ computing is the one shown (issue 16)."""
 
 import pytest
 
+from tests.browser.helpers import log_in
 from tests.training.conftest import detect_version, gpu_local, project  # noqa: F401 (fixtures)
-from tests.workspaces.factories import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,11 +25,7 @@ def test_the_estimates_load_after_the_form_and_follow_the_last_change(
     gpu_local,  # noqa: F811
 ):
     page = new_page("editor")
-    page.goto("/accounts/login/")
-    page.fill("input[name=login]", team.editor.email)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation():
-        page.click("form button[type=submit]")
+    log_in(page, team.editor.email)
     page.goto(f"/w/acme/projects/{project.pk}/train/")
     box = page.locator("[data-testid=estimates]")
     page.wait_for_function(IDLE, timeout=120_000)

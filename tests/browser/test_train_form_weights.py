@@ -4,8 +4,8 @@ whose file is not (static/js/train_form.js reading what the server sent in the p
 
 import pytest
 
+from tests.browser.helpers import log_in
 from tests.training.conftest import detect_version, gpu_local, project  # noqa: F401 (fixtures)
-from tests.workspaces.factories import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,11 +25,7 @@ def test_the_pretrained_choice_follows_the_family_and_size(
     settings.TRAINING_ALLOW_DOWNLOADS = False
     (tmp_path / "yolo11n.pt").write_bytes(b"the form only asks whether it is there")
     page = new_page("editor")
-    page.goto("/accounts/login/")
-    page.fill("input[name=login]", team.editor.email)
-    page.fill("input[name=password]", PASSWORD)
-    with page.expect_navigation():
-        page.click("form button[type=submit]")
+    log_in(page, team.editor.email)
     page.goto(f"/w/acme/projects/{project.pk}/train/")
 
     pretrained = page.locator("input[name=weights][value=pretrained]")
