@@ -12,11 +12,11 @@ from ninja import Router
 
 from annotation import selectors, services
 from annotation.shapes import LabelsInvalid
+from core.errors import ServiceError
 from datasets import selectors as dataset_selectors
 from datasets.services.classes import dataset_class_create
 from workspaces.permissions import Perm
 from workspaces.selectors import workspace_access_for_object
-from workspaces.services import ServiceError
 
 router = Router(tags=["labels"])
 MAX_BODY = 8 * 1024 * 1024

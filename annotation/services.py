@@ -8,13 +8,13 @@ from django.utils import timezone
 
 from annotation.models import PRELABEL_ACTIVE, PrelabelRun, Suggestion
 from annotation.shapes import CleanLabel, labels_clean
+from core.errors import ServiceError
 from core.leases import queued_until
 from datasets.models import Dataset, DatasetClass, Image, Label, LabelKind, LabelStatus
 from datasets.services.gallery import dataset_touch
 from training.models import TrainedModel
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 MAX_COMMENT = 2000
 SUGGESTION_LIMIT = 300  # per image and model: the most confident

@@ -9,13 +9,13 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from annotation import selectors, services
+from core.errors import ServiceError
 from datasets import selectors as dataset_selectors
 from datasets.models import Image, LabelStatus
 from training.models import TrainedModel
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 
 class PrelabelForm(forms.Form):

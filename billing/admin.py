@@ -7,7 +7,7 @@ from django.urls import path, reverse
 
 from billing.ledger import MAX_AMOUNT, credits_adjust, credits_format, credits_grant
 from billing.models import MICRO, CreditAccount, LedgerEntry, Plan
-from workspaces.services import ServiceError
+from core.errors import ServiceError
 
 
 @admin.register(Plan)

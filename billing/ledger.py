@@ -16,8 +16,8 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing.models import MICRO, CreditAccount, EntryKind, LedgerEntry
+from core.errors import ServiceError
 from workspaces.models import User, Workspace
-from workspaces.services import ServiceError
 
 MAX_AMOUNT = 10**15  # a billion credits: anything larger is a bug, not a purchase
 

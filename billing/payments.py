@@ -16,9 +16,9 @@ from django.utils import timezone
 from billing import stripe_gateway
 from billing.ledger import credits_purchase
 from billing.models import MICRO, Payment, PaymentStatus, StripeEvent
+from core.errors import ServiceError
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 logger = logging.getLogger(__name__)
 

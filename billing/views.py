@@ -14,10 +14,10 @@ from django.views.decorators.http import require_GET, require_POST
 from billing import stripe_gateway
 from billing.models import PaymentStatus
 from billing.payments import payment_fulfil, topup_start, webhook_handle
+from core.errors import ServiceError
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ from ninja import NinjaAPI
 from annotation.api import router as annotation_router
 from billing.api import router as billing_router
 from config.errors import api_errors_install
+from core.errors import ServiceError
 from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
@@ -13,7 +14,6 @@ from training.api import router as training_router
 from training.trainer_events import router as trainer_router
 from workspaces.api import ApiKeyAuth, session_auth
 from workspaces.api import router as workspaces_router
-from workspaces.services import ServiceError
 
 api = NinjaAPI(
     title="Kestrel API",

@@ -3,12 +3,12 @@
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
+from core.errors import ServiceError
 from datasets import selectors
 from datasets.models import Task
 from datasets.services import datasets as services
 from workspaces.permissions import Perm
 from workspaces.selectors import workspace_access_for_caller, workspace_slugs_for_caller
-from workspaces.services import ServiceError
 
 router = Router(tags=["datasets"])
 

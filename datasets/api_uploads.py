@@ -10,11 +10,11 @@ from django.http import Http404, HttpRequest
 from ninja import File, Router, Schema, Status
 from ninja.files import UploadedFile
 
+from core.errors import ServiceError
 from datasets import selectors
 from datasets.models import Import
 from datasets.services import uploads as services
 from workspaces.permissions import Perm
-from workspaces.services import ServiceError
 
 router = Router(tags=["uploads"])
 

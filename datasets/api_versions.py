@@ -6,6 +6,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
 from config.files import generated_file_response
+from core.errors import ServiceError
 from datasets import selectors
 from datasets.api import DatasetOut, dataset_out
 from datasets.models import Dataset, DatasetVersion
@@ -14,7 +15,6 @@ from datasets.services.clone import dataset_clone
 from datasets.services.export import export_filename, export_run
 from workspaces.permissions import Perm
 from workspaces.selectors import workspace_access_for_caller, workspace_slugs_for_caller
-from workspaces.services import ServiceError
 
 router = Router(tags=["datasets"])
 

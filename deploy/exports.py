@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import Http404
 
+from core.errors import ServiceError
 from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap, queued_until
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
 from deploy.export_process import LOG_TAIL_CHARS, worker_run
@@ -27,7 +28,6 @@ from training.supervisor import storage_put_file
 from workspaces.models import Workspace
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 logger = logging.getLogger(__name__)
 

@@ -5,12 +5,12 @@ import secrets
 from django.db import transaction
 from django.utils.text import slugify
 
+from core.errors import ServiceError
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, model_ready
 from training.models import TrainedModel
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 
 def _reconcile_on_commit(deployment: Deployment) -> None:

@@ -7,11 +7,11 @@ from django.db import transaction
 from django.db.models import ProtectedError, RestrictedError
 
 from annotation.models import PRELABEL_FINAL, PrelabelRun
+from core.errors import ServiceError
 from deploy.models import Deployment, ExportState, ModelExport
 from training.models import FINAL_STATES, TrainedModel, TrainingJob
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 logger = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_POST, require_safe
 
+from core.errors import ServiceError
 from deploy import services, supervisor
 from deploy.models import Deployment, DeploymentState, UsageDay
 from deploy.selectors import deployment_usage_by_day
@@ -16,7 +17,6 @@ from training.models import TrainedModel
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 
 class DeployForm(forms.Form):

@@ -8,13 +8,13 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from config.files import stored_file_response
+from core.errors import ServiceError
+from core.http import HtmxHttpRequest
 from deploy.exports import export_filename, export_get, export_start, exports_panel
 from training import selectors as training_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
-from workspaces.views import HtmxHttpRequest
 
 
 def _card(

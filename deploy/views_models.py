@@ -9,6 +9,8 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
+from core.errors import ServiceError
+from core.http import HtmxHttpRequest
 from datasets.models import Task
 from deploy.models import Deployment
 from deploy.selectors import model_public_samples, models_for_table
@@ -19,8 +21,6 @@ from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
-from workspaces.views import HtmxHttpRequest
 
 MODELS_PAGE_SIZE = 25
 # Column → what it orders by; ?sort= takes only these names. Best metric and newest first.

@@ -7,9 +7,9 @@ from django.shortcuts import render
 from django.urls import path
 from django.views.decorators.http import require_GET
 
+from core.http import HtmxHttpRequest
 from deploy.selectors import model_public_get
 from deploy.views_models import try_context
-from workspaces.views import HtmxHttpRequest
 
 
 @login_required

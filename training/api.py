@@ -7,6 +7,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
 from config.files import stored_file_response
+from core.errors import ServiceError
 from datasets.models import Task
 from training import selectors
 from training.estimator import EstimateConfig, estimates_for, version_images
@@ -27,7 +28,6 @@ from training.supervisor import job_progress
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, project_get, workspace_access_for_object
-from workspaces.services import ServiceError
 
 router = Router(tags=["training"])
 

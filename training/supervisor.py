@@ -27,6 +27,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core.errors import ServiceError
 from training import event_schema as schema
 from training.event_schema import EventRefused, event_parse
 from training.metering import meter, metered, refund_platform_failure
@@ -68,7 +69,6 @@ from training.services.jobs import (
 )
 from training.services.materialise import dataset_materialise
 from training.ultralytics_env import ultralytics_env
-from workspaces.services import ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -805,8 +805,9 @@ class Supervisor:
             if stopped and job.error:  # why it was stopped (credits, budget) stays on the job
                 error = job.error
             job_transition(job, state, error=error)
+            # in the same transaction: no reader sees the job ended and its attempt open
+            self._end_attempt(AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED)
             self.job = job
-        self._end_attempt(AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED)
         self._cleanup()
         if not stopped:
             self._remove_workdir()

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from billing.services import plan_default
+from core.errors import ServiceError
 from workspaces.models import (
     ApiKey,
     ApiKeyScope,
@@ -29,11 +30,6 @@ from workspaces.models import (
 )
 from workspaces.permissions import ROLE_RANK, Perm, roles_assignable_by
 from workspaces.selectors import WorkspaceAccess, workspace_seats_used
-
-
-class ServiceError(Exception):
-    """A request that cannot be carried out, with a message a person can act on."""
-
 
 # --- workspaces -------------------------------------------------------------------------------
 
@@ -58,7 +54,7 @@ def _workspace_create(
         created_by=user,
     )
     Membership.objects.create(workspace=workspace, user=user, role=Role.OWNER)
-    from billing.ledger import account_open  # billing.ledger imports this module's ServiceError
+    from billing.ledger import account_open
 
     account_open(workspace)  # the signup credits, granted now, in this transaction
     return workspace

@@ -5,18 +5,19 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
-from django_htmx.middleware import HtmxDetails
 
 from billing import ledger, stripe_gateway
 from billing import selectors as billing_selectors
 from billing.payments import PRESET_CREDITS
+from core.errors import ServiceError
+from core.http import HtmxHttpRequest, page_of
 from datasets.models import Task
 from deploy.selectors import inference_usage
 from training import selectors as training_selectors
@@ -34,19 +35,9 @@ from workspaces.forms import (
 from workspaces.models import Role
 from workspaces.permissions import Perm, roles_assignable_by
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
-PAGE_SIZE = 25
 PROJECT_RUNS_PAGE = 25  # a project's runs, sortable, a page at a time
 PROJECT_MODELS = 10  # the current model and the latest ones; every job's model is on its page
-
-
-class HtmxHttpRequest(HttpRequest):  # for type hints, as django-htmx recommends
-    htmx: HtmxDetails
-
-
-def page_of(request, queryset):
-    return Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
 
 
 def home(request) -> HttpResponse:

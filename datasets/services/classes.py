@@ -4,6 +4,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef
 from django.http import Http404
 
+from core.errors import ServiceError
 from datasets.models import (
     Dataset,
     DatasetClass,
@@ -18,7 +19,6 @@ from datasets.services.gallery import (
 )
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 
 def class_list_with_counts(*, dataset: Dataset) -> list[DatasetClass]:

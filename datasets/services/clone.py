@@ -8,11 +8,11 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from core.errors import ServiceError
 from datasets.models import Dataset, DatasetClass, Image, Label
 from workspaces.models import Role, User, Workspace
 from workspaces.permissions import PERM_REQUIRED_ROLE, ROLE_RANK, Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 
 def clone_source_visible(*, source: Dataset, workspace: Workspace) -> bool:

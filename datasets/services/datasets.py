@@ -4,10 +4,10 @@ from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 
+from core.errors import ServiceError
 from datasets.models import Blob, Dataset, DatasetClass, DatasetVersion, Image, Task
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 MAX_CLASSES = 10_000
 

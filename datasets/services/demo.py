@@ -12,13 +12,13 @@ from django.db import transaction
 from PIL import Image as PILImage
 from PIL import ImageDraw, ImageFilter
 
+from core.errors import ServiceError
 from datasets.models import Blob, Dataset, DatasetClass, Image, Label, LabelKind, LabelStatus, Task
 from datasets.services.images import image_check
 from datasets.services.storage import storage_put
 from datasets.services.thumbnails import thumbnails_make
 from datasets.services.versions import _version_freeze
 from workspaces.models import Workspace
-from workspaces.services import ServiceError
 
 DEMO_WORKSPACE = "Demo Team"
 DEMO_NAME = "Shapes (demo)"

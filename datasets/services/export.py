@@ -16,9 +16,9 @@ from typing import IO
 import yaml
 from django.core.files.storage import default_storage
 
+from core.errors import ServiceError
 from datasets.models import Blob, Dataset, DatasetVersion, LabelKind, Split, Task
 from datasets.services.versions import manifest_build, version_manifest_load
-from workspaces.services import ServiceError
 
 FORMATS = ("yolo", "coco")
 EXTENSIONS = {

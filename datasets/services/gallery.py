@@ -16,6 +16,7 @@ from django.db.models import Count, F, OuterRef, Prefetch, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from core.errors import ServiceError
 from datasets.models import (
     Dataset,
     DatasetClass,
@@ -28,7 +29,6 @@ from datasets.models import (
 )
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 PAGE_SIZE = 60
 BULK_MAX = 1000  # ids per bulk request; a page holds 60

@@ -24,11 +24,11 @@ from django.db.models import QuerySet, Sum
 from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
+from core.errors import ServiceError
 from datasets.models import Dataset, Import, ImportStatus, UploadChunk
 from workspaces.models import User
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 logger = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Max
 
+from core.errors import ServiceError
 from datasets.models import Dataset, DatasetClass, DatasetVersion, Image, Label
 from workspaces.models import User
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 MANIFEST_PREFIX = "manifests/"
 MANIFEST_BATCH = 5000

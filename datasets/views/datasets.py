@@ -5,6 +5,8 @@ from django.urls import path
 from django.views.decorators.http import require_http_methods
 
 from annotation.selectors import labelling_progress
+from core.errors import ServiceError
+from core.http import page_of
 from datasets import selectors
 from datasets.forms import DatasetCreateForm, DatasetEditForm
 from datasets.services import datasets as services
@@ -12,8 +14,6 @@ from workspaces.decorators import workspace_view
 from workspaces.forms import ConfirmForm
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
-from workspaces.views import page_of
 
 
 @workspace_view(Perm.READ)

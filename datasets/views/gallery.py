@@ -19,6 +19,7 @@ from django.utils.http import parse_etags
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from config.files import stored_file_response
+from core.errors import ServiceError
 from datasets import selectors
 from datasets.models import Dataset, Image, LabelStatus, Split
 from datasets.services import classes
@@ -27,7 +28,6 @@ from datasets.services.thumbnails import thumbnail_placeholder, thumbnails_reque
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 CACHE_SECONDS = 24 * 3600
 # The name a browser saves an image under: ours, never the uploaded one.

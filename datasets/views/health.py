@@ -7,6 +7,7 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
+from core.http import HtmxHttpRequest
 from datasets import selectors
 from datasets.models import HealthRunState, Severity
 from datasets.services import health as health_services
@@ -16,7 +17,6 @@ from datasets.services.thumbnails import thumbnails_request
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.views import HtmxHttpRequest
 
 SEVERITY_SECTIONS = [
     (Severity.ERROR, "Errors", "Training on the dataset as it is will go wrong."),

@@ -14,14 +14,14 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core.errors import ServiceError
+from core.http import HtmxHttpRequest
 from datasets import selectors
 from datasets.models import Import, ImportStatus
 from datasets.services import uploads as services
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
-from workspaces.views import HtmxHttpRequest
 
 # The declared file list: 10,000 names of up to 1,024 characters fit with room to spare.
 MAX_FILE_LIST_BYTES = 16 * 1024 * 1024

@@ -12,6 +12,8 @@ from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from config.files import generated_file_response
+from core.errors import ServiceError
+from core.http import HtmxHttpRequest
 from datasets import selectors
 from datasets.models import Dataset, DatasetVersion, Image, Task
 from datasets.services import datasets as dataset_services
@@ -22,8 +24,6 @@ from deploy.selectors import models_public_for_dataset
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_user
-from workspaces.services import ServiceError
-from workspaces.views import HtmxHttpRequest
 
 EXPLORE_PAGE_SIZE = 24
 EXPLORE_THUMBS = 4

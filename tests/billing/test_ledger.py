@@ -19,7 +19,8 @@ from billing.ledger import (
 )
 from billing.models import MICRO, CreditAccount, EntryKind, LedgerEntry
 from billing.tasks import grant_monthly_task
-from workspaces.services import ServiceError, workspace_delete
+from core.errors import ServiceError
+from workspaces.services import workspace_delete
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from billing import ledger
 from billing.models import MICRO, EntryKind, LedgerEntry
-from workspaces.services import ServiceError
+from core.errors import ServiceError
 
 amounts = st.integers(min_value=1, max_value=30 * MICRO)
 refs = st.sampled_from(["pay_a", "pay_b", "pay_c"])

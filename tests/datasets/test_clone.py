@@ -11,6 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from core.errors import ServiceError
 from datasets.models import Blob, Dataset, DatasetClass, Image, Label
 from datasets.services.clone import dataset_clone
 from datasets.services.versions import manifest_build, version_create
@@ -22,7 +23,7 @@ from tests.datasets.factories import (
 )
 from tests.workspaces.factories import MembershipFactory, WorkspaceFactory
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import ServiceError, api_key_create
+from workspaces.services import api_key_create
 
 
 def _dataset(workspace, name="Kestrels", public=False, images=3, task="detect"):

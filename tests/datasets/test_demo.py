@@ -9,10 +9,10 @@ from django.urls import reverse
 from PIL import Image as PILImage
 from PIL import ImageDraw
 
+from core.errors import ServiceError
 from datasets.models import Blob, Dataset, Image, Label
 from datasets.services.demo import _draw_shape, demo_dataset_seed, demo_images
 from tests.workspaces.factories import WorkspaceFactory
-from workspaces.services import ServiceError
 
 
 @pytest.mark.django_db

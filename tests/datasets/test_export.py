@@ -17,13 +17,14 @@ from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
+from core.errors import ServiceError
 from datasets.models import Dataset, DatasetClass, Image, Label, LabelKind, Task
 from datasets.services.datasets import dataset_create
 from datasets.services.demo import blob_store
 from datasets.services.export import export_coco, export_run, export_yolo
 from datasets.services.versions import manifest_build, version_create
 from tests.datasets.factories import DatasetClassFactory, DatasetFactory, ImageFactory, png_bytes
-from workspaces.services import ServiceError, api_key_create
+from workspaces.services import api_key_create
 
 SHARED = Path(settings.BASE_DIR).parent / "shared" / "datasets"
 SAMPLES = {

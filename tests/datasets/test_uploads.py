@@ -26,6 +26,7 @@ from django.urls import reverse
 from django.utils import timezone
 from PIL import Image as PILImage
 
+from core.errors import ServiceError
 from datasets.models import Import, ImportStatus, UploadChunk
 from datasets.services.uploads import (
     STALE_ERROR,
@@ -41,7 +42,7 @@ from tests.browser.conftest import (  # noqa: F401 - the team's browser fixtures
     screenshot,
 )
 from tests.datasets.factories import DatasetFactory
-from workspaces.services import ServiceError, api_key_create
+from workspaces.services import api_key_create
 
 CHUNK = 1024
 IMPORT_TASK = "datasets.import_run"

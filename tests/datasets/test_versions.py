@@ -13,6 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from core.errors import ServiceError
 from datasets.models import Blob, DatasetVersion, Image, Label
 from datasets.services.versions import (
     manifest_build,
@@ -25,7 +26,7 @@ from tests.datasets.factories import (
     ImageFactory,
     LabelFactory,
 )
-from workspaces.services import ServiceError, api_key_create
+from workspaces.services import api_key_create
 
 
 def _dataset(team, images: int = 3, name: str = "Birds"):

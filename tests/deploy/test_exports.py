@@ -16,6 +16,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
 from django.test import Client
 
 from billing.models import Plan
+from core.errors import ServiceError
 from deploy.export_formats import format_availability, format_catalog
 from deploy.exports import export_start
 from deploy.models import ExportState, ModelExport
@@ -24,7 +25,6 @@ from tests.training.factories import trained_model_row
 from tests.workspaces.factories import ProjectFactory
 from training.models import TrainedModel
 from training.services.models import model_upload
-from workspaces.services import ServiceError
 
 COCO = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "coco8"
 IMAGE = COCO / "images" / "val" / "000000000036.jpg"

@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from annotation.models import PrelabelRun
+from core.errors import ServiceError
 from deploy.models import Deployment, ModelExport
 from deploy.services_models import model_delete
 from tests.datasets.factories import DatasetFactory
@@ -21,7 +22,6 @@ from tests.training.factories import (
 from tests.workspaces.factories import ProjectFactory
 from training.models import JobState, TrainedModel
 from workspaces.models import Membership
-from workspaces.services import ServiceError
 
 pytestmark = pytest.mark.django_db
 

@@ -32,6 +32,7 @@ from django.test import Client
 from annotation.models import PrelabelRun, PrelabelState
 from annotation.services import prelabel_start
 from config.celery import app as celery_app
+from core.errors import ServiceError
 from datasets.models import Image, Import, ImportStatus, UploadChunk
 from deploy.exports import export_start
 from deploy.models import ExportState, ModelExport
@@ -42,7 +43,6 @@ from tests.servers import subprocess_database_url
 from tests.training.factories import trained_model_row
 from tests.workspaces.factories import ProjectFactory
 from training.models import TrainedModel
-from workspaces.services import ServiceError
 
 ROOT = Path(__file__).resolve().parents[2]
 COCO = SHARED / "coco8"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ServiceError
 from training.services import arguments
 from training.services.arguments import (
     TrainParams,
@@ -18,7 +19,6 @@ from training.services.arguments import (
     trainable_keys,
     ultralytics_config,
 )
-from workspaces.services import ServiceError
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ["yolo26", "yolo11", "yolov8"]

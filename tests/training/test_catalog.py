@@ -10,6 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from billing.models import Plan
+from core.errors import ServiceError
 from tests.workspaces.factories import UserFactory, WorkspaceFactory
 from training.models import GpuType
 from training.services.catalog import (
@@ -19,7 +20,6 @@ from training.services.catalog import (
     gpu_pick,
     local_device,
 )
-from workspaces.services import ServiceError
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [

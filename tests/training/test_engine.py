@@ -7,6 +7,7 @@ import signal
 import pytest
 from django.core.files.storage import default_storage
 
+from core.errors import ServiceError
 from tests.training.conftest import job_reload, wait_for, wait_state
 from training.models import (
     AttemptEnd,
@@ -20,7 +21,6 @@ from training.services.arguments import TrainParams
 from training.services.jobs import job_submit
 from training.supervisor import jobs_reap
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import ServiceError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,11 +5,11 @@ import pytest
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from core.errors import ServiceError
 from training.models import TrainedModel
 from training.services.models import model_upload
 from training.weights_check import UnsafeWeights, pickle_globals, weights_check
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import ServiceError
 
 pytestmark = pytest.mark.django_db
 

@@ -15,12 +15,12 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from core.errors import ServiceError
 from tests.training.conftest import job_reload
 from training.models import AttemptEnd, FailureKind, JobState, LogChunk, TrainingJob
 from training.services.arguments import TrainParams
 from training.services.jobs import job_resume, job_submit
 from training.supervisor import run_job
-from workspaces.services import ServiceError
 
 pytestmark = pytest.mark.django_db
 

@@ -16,13 +16,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from core.errors import ServiceError
 from tests.training.conftest import job_reload
 from tests.training.factories import job_row
 from training.models import AttemptEnd, FailureKind, JobState, TrainedModel, TrainingAttempt
 from training.runner import failure_kind
 from training.services.jobs import job_resume
 from training.supervisor import jobs_reap
-from workspaces.services import ServiceError, api_key_create
+from workspaces.services import api_key_create
 
 pytestmark = pytest.mark.django_db
 

@@ -4,6 +4,7 @@ act on, and no job row left behind."""
 import pytest
 from django.core.exceptions import PermissionDenied
 
+from core.errors import ServiceError
 from datasets.models import Label
 from datasets.services.versions import version_create
 from tests.training.conftest import SHARED, single_class_copy, version_of
@@ -17,7 +18,6 @@ from training.services.jobs import (
     version_unmeasured_warning,
 )
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import ServiceError
 
 pytestmark = pytest.mark.django_db
 

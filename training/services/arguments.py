@@ -18,9 +18,9 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 
+from core.errors import ServiceError
 from datasets.models import Task
 from training.models import ModelFamily, ModelSize, WeightsSource
-from workspaces.services import ServiceError
 
 EXTRA_ARGS_MAX_BYTES = 10 * 1024
 

@@ -15,9 +15,9 @@ from django.db import transaction
 
 from billing.models import Plan
 from billing.services import plan_default, plans_seed
+from core.errors import ServiceError
 from training.models import GpuType
 from workspaces.models import Workspace
-from workspaces.services import ServiceError
 
 LOCAL_SLUG = "local"
 

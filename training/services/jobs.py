@@ -11,6 +11,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from core.errors import ServiceError
 from datasets.models import DatasetVersion, LabelKind, Task
 from datasets.services.health import dataset_training_blocked_reason
 from datasets.services.versions import version_manifest_load
@@ -33,7 +34,6 @@ from training.services.jobs_resume import job_resume_refusal
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 logger = logging.getLogger(__name__)
 

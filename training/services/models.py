@@ -11,6 +11,7 @@ from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
+from core.errors import ServiceError
 from datasets.models import Task
 from datasets.services.ingest import display_name
 from training.models import TrainedModel
@@ -18,7 +19,6 @@ from training.supervisor import storage_get_file, storage_put_file
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 ZIP_MAGIC = b"PK\x03\x04"
 

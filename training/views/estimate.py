@@ -8,6 +8,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from core.http import HtmxHttpRequest
 from datasets.models import Task
 from training import selectors
 from training.estimator import EstimateConfig, EstimateRow, estimates_for, version_images
@@ -19,7 +20,6 @@ from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.views import HtmxHttpRequest
 
 logger = logging.getLogger(__name__)
 

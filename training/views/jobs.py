@@ -10,6 +10,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from config.files import stored_file_response
+from core.errors import ServiceError
+from core.http import HtmxHttpRequest
 from training import selectors
 from training.models import (
     JobState,
@@ -20,8 +22,6 @@ from training.views.job_page import ANSI, INLINE_TYPES, job_context
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
-from workspaces.views import HtmxHttpRequest
 
 JOBS_PAGE_SIZE = 25
 

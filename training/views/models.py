@@ -7,6 +7,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from config.files import stored_file_response
+from core.errors import ServiceError
 from deploy.exports import exports_panel
 from training import selectors
 from training.services.models import model_promote, model_upload
@@ -15,7 +16,6 @@ from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
 
 
 @workspace_view(Perm.READ)

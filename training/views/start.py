@@ -7,6 +7,8 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
+from core.errors import ServiceError
+from core.http import HtmxHttpRequest
 from training import selectors
 from training.forms import TrainForm
 from training.services.arguments import extra_args_parse
@@ -17,8 +19,6 @@ from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import ServiceError
-from workspaces.views import HtmxHttpRequest
 
 
 def _initial(versions, request) -> dict:
