@@ -31,7 +31,7 @@ def refused(text: str) -> str:
     return str(caught.value)
 
 
-# --- reading Ultralytics without importing it --------------------------------------------------
+# --- reading Ultralytics in a child process, not importing it ----------------------------------
 
 
 def test_importing_the_module_and_checking_arguments_does_not_import_torch():
@@ -86,6 +86,20 @@ def test_optimizers_are_the_ones_ultralytics_builds():
         BaseTrainer.build_optimizer(None, Tiny(), name=name)  # type: ignore[arg-type]
     with pytest.raises(NotImplementedError):
         BaseTrainer.build_optimizer(None, Tiny(), name="Lion")  # type: ignore[arg-type]
+
+
+def test_every_training_argument_of_ultralytics_is_accepted_at_its_default():
+    import yaml
+    from ultralytics import cfg
+
+    trainable = {
+        key: value for key, value in cfg.DEFAULT_CFG_DICT.items() if key in trainable_keys()
+    }
+    owned = arguments.KESTREL_KEYS | arguments.FORM_KEYS | arguments.FILE_KEYS
+    not_training = set(ultralytics_config().not_training)
+
+    assert set(cfg.DEFAULT_CFG_DICT) - set(trainable) - owned - not_training == set()
+    assert extra_args_parse(yaml.safe_dump(trainable)) == trainable
 
 
 def test_trainable_keys_exclude_everything_kestrel_or_predicting_owns():

@@ -1,22 +1,26 @@
 """Training arguments, checked against the installed Ultralytics' own configuration.
 
-Ultralytics is read, never imported: importing it pulls in torch (~2 s and ~900 MB), which the
-web process must not pay to validate a form. Its files are found with importlib.util.find_spec
-(which does not execute the package), default.yaml gives the argument names and defaults, and the
-type sets that ultralytics.cfg.check_cfg uses are read from cfg/__init__.py with ast.
+What Ultralytics accepts is read from the library at run time (ultralytics.cfg), in a child
+process (ultralytics_probe.py): importing it pulls in torch (~1 s and ~900 MB), which the web
+process must not pay to validate a form. The answer is kept for the process and in the cache,
+keyed by the installed version, so the child runs once per Ultralytics release.
 """
 
-import ast
 import difflib
 import functools
+import importlib.metadata
 import importlib.util
+import json
 import math
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 from django.conf import settings
+from django.core.cache import cache
 
 from core.errors import ServiceError
 from datasets.models import Task
@@ -83,7 +87,6 @@ SEED_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class UltralyticsConfig:
-    root: Path
     version: str
     defaults: dict
     not_training: dict[str, str]  # key → what it is instead
@@ -97,61 +100,15 @@ class UltralyticsConfig:
     optimizers: tuple[str, ...]  # "auto" first, then as Ultralytics spells them
 
 
+PROBE = Path(__file__).with_name("ultralytics_probe.py")
+PROBE_TIMEOUT_S = 120
+
+
 def ultralytics_root() -> Path:
     spec = importlib.util.find_spec("ultralytics")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("Ultralytics is not installed.")
     return Path(spec.submodule_search_locations[0])
-
-
-def _literal(node: ast.expr):
-    """A literal, a set literal's elements in source order, or frozenset({...}) / set({...})."""
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("frozenset", "set")
-        and len(node.args) == 1
-        and not node.keywords
-    ):
-        node = node.args[0]
-    if isinstance(node, ast.Set):
-        return tuple(ast.literal_eval(element) for element in node.elts)
-    return ast.literal_eval(node)
-
-
-def _assignments(tree: ast.AST, names: set[str]) -> dict:
-    found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target, value = node.target, node.value
-        else:
-            continue
-        if isinstance(target, ast.Name) and target.id in names and target.id not in found:
-            found[target.id] = _literal(value)
-    return found
-
-
-def _read_literals(path: Path, names: set[str], *, function: str | None = None) -> dict:
-    tree: ast.AST = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    if function is not None:
-        tree = next(
-            (
-                node
-                for node in ast.walk(tree)
-                if isinstance(node, ast.FunctionDef) and node.name == function
-            ),
-            ast.Module(body=[], type_ignores=[]),
-        )
-    found = _assignments(tree, names)
-    missing = names - set(found)
-    if missing:
-        where = f"{path}::{function}" if function else str(path)
-        raise RuntimeError(
-            f"{', '.join(sorted(missing))} not found in {where}: Ultralytics changed."
-        )
-    return found
 
 
 def _not_training_keys(default_yaml: str) -> dict[str, str]:
@@ -169,39 +126,40 @@ def _not_training_keys(default_yaml: str) -> dict[str, str]:
     return keys
 
 
+def _probe() -> dict:
+    key = f"ultralytics-config:1:{importlib.metadata.version('ultralytics')}:{ultralytics_root()}"
+    found = cache.get(key)
+    if found is None:
+        result = subprocess.run(  # noqa: S603 (this interpreter, Kestrel's own file)
+            [sys.executable, str(PROBE)],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+        if result.returncode:
+            raise RuntimeError(f"Reading Ultralytics' configuration failed: {result.stderr}")
+        found = json.loads(result.stdout)
+        cache.set(key, found, timeout=None)
+    return found
+
+
 @functools.cache
 def ultralytics_config() -> UltralyticsConfig:
-    root = ultralytics_root()
-    default_yaml = (root / "cfg" / "default.yaml").read_text(encoding="utf-8")
-    cfg = _read_literals(
-        root / "cfg" / "__init__.py",
-        {
-            "CFG_FLOAT_KEYS",
-            "CFG_FRACTION_KEYS",
-            "CFG_INT_KEYS",
-            "CFG_INT_MIN",
-            "CFG_BOOL_KEYS",
-            "CFG_STR_KEYS",
-            "QUANTIZE_ALIASES",
-        },
-    )
-    # A set literal inside BaseTrainer.build_optimizer, matched case-insensitively there.
-    optimizers = _read_literals(
-        root / "engine" / "trainer.py", {"optimizers"}, function="build_optimizer"
-    )["optimizers"]
-    version = _read_literals(root / "__init__.py", {"__version__"})["__version__"]
+    found = _probe()
+    default_yaml = Path(found["default_cfg_path"]).read_text(encoding="utf-8")
+    optimizers = found["optimizers"]
     return UltralyticsConfig(
-        root=root,
-        version=version,
-        defaults=yaml.safe_load(default_yaml),
+        version=found["version"],
+        defaults=found["defaults"],
         not_training=_not_training_keys(default_yaml),
-        float_keys=frozenset(cfg["CFG_FLOAT_KEYS"]),
-        fraction_keys=frozenset(cfg["CFG_FRACTION_KEYS"]),
-        int_keys=frozenset(cfg["CFG_INT_KEYS"]),
-        int_min=dict(cfg["CFG_INT_MIN"]),
-        bool_keys=frozenset(cfg["CFG_BOOL_KEYS"]),
-        str_keys=frozenset(cfg["CFG_STR_KEYS"]),
-        quantize_aliases=dict(cfg["QUANTIZE_ALIASES"]),
+        float_keys=frozenset(found["float_keys"]),
+        fraction_keys=frozenset(found["fraction_keys"]),
+        int_keys=frozenset(found["int_keys"]),
+        int_min=found["int_min"],
+        bool_keys=frozenset(found["bool_keys"]),
+        str_keys=frozenset(found["str_keys"]),
+        quantize_aliases=found["quantize_aliases"],
         optimizers=("auto", *(name for name in optimizers if name != "auto")),
     )
 
