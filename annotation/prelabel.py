@@ -4,12 +4,10 @@
 import contextlib
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from django.core.files.storage import FileSystemStorage, default_storage
 from django.db import transaction
 from django.db.models import F
 
@@ -17,6 +15,7 @@ from annotation import assist
 from annotation.models import PrelabelRun, PrelabelState
 from annotation.services import model_class_map, suggestions_store
 from core.leases import Lease, LeaseLost, LongJob
+from core.storage import storage_get_file, storage_local_path
 from datasets.models import Image, LabelStatus
 from training.models import TrainedModel
 from training.services.models import model_local_path
@@ -36,11 +35,11 @@ def image_files(images: list[Image]) -> Iterator[list[Path]]:
         for image in images:
             blob = image.blob
             path = Path(folder) / f"{image.pk}{_SUFFIX.get(blob.content_type, '.jpg')}"
-            if isinstance(default_storage, FileSystemStorage):
-                os.symlink(default_storage.path(blob.storage_key), path)
+            local = storage_local_path(blob.storage_key)
+            if local is not None:
+                os.symlink(local, path)
             else:
-                with default_storage.open(blob.storage_key, "rb") as src, path.open("wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
+                storage_get_file(blob.storage_key, path)
             paths.append(path)
         yield paths
 

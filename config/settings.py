@@ -198,7 +198,7 @@ MEDIA_URL = "media/"
 MEDIA_ROOT = Path(env.str("MEDIA_ROOT", default=str(VAR_DIR / "media")))
 
 # Object storage: local folder by default, S3 (or MinIO) when a bucket is named. No stored file
-# has a public URL: views check access, then config/files.py streams it, hands it to the front
+# has a public URL: views check access, then core/files.py streams it, hands it to the front
 # server (STORAGE_ACCEL_REDIRECT, its internal location for MEDIA_ROOT) or redirects to a
 # presigned S3 URL that lives STORAGE_URL_EXPIRE_SECONDS.
 STORAGE_ACCEL_REDIRECT = env.str("STORAGE_ACCEL_REDIRECT", default="")

@@ -18,6 +18,6 @@ urlpatterns = [
     path("", include("billing.views")),
 ]
 # No route serves MEDIA_URL, not even under DEBUG: stored files are users' data, sent only by
-# views that check access (config/files.py).
+# views that check access (core/files.py).
 
 handler403 = "workspaces.views.permission_denied"

@@ -5,7 +5,7 @@ from datetime import datetime
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
-from config.files import generated_file_response
+from core.files import generated_file_response
 from core.errors import ServiceError
 from datasets import selectors
 from datasets.api import DatasetOut, dataset_out

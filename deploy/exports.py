@@ -12,19 +12,18 @@ from pathlib import Path
 
 from celery import shared_task
 from django.conf import settings
-from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import Http404
 
 from core.errors import ServiceError
 from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap, queued_until
+from core.storage import storage_delete, storage_put_file
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
 from deploy.export_process import LOG_TAIL_CHARS, worker_run
 from deploy.models import EXPORT_ACTIVE, ExportState, ModelExport
 from training.models import InspectState, TrainedModel
 from training.services.models import model_local_path
-from training.supervisor import storage_put_file
 from workspaces.models import Workspace
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -251,16 +250,16 @@ def _convert(export: ModelExport, lease: Lease) -> None:
             error="",
             log=(log + "\nStored.")[-LOG_TAIL_CHARS:],
         ):
-            default_storage.delete(key)  # deleted meanwhile, or no longer this worker's
+            storage_delete(key)  # deleted meanwhile, or no longer this worker's
         key = ""
     except LeaseLost:
         if key:
-            default_storage.delete(key)
+            storage_delete(key)
         raise
     except Exception as e:
         logger.exception("deploy.export_run %s failed", export.pk)
         if key:
-            default_storage.delete(key)
+            storage_delete(key)
         export_finish(
             lease,
             state=ExportState.FAILED,

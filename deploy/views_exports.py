@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
-from config.files import stored_file_response
+from core.files import stored_file_response
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
 from deploy.exports import export_filename, export_get, export_start, exports_panel

@@ -6,7 +6,7 @@ from datetime import datetime
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
-from config.files import stored_file_response
+from core.files import stored_file_response
 from core.errors import ServiceError
 from datasets.models import Task
 from training import selectors

@@ -22,12 +22,12 @@ from typing import BinaryIO
 
 import redis
 from django.conf import settings
-from django.core.files.storage import FileSystemStorage, default_storage
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from core.errors import ServiceError
+from core.storage import storage_get_file, storage_put
 from training import event_schema as schema
 from training.event_schema import EventRefused, event_parse
 from training.metering import meter, metered, refund_platform_failure
@@ -133,33 +133,6 @@ def lease_seconds() -> float:
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def storage_put_file(key: str, path: Path) -> None:
-    """Store a (possibly large) file at exactly `key`, replacing what was there, streamed."""
-    with open(path, "rb") as f:
-        storage_put_fileobj(key, f)
-
-
-def storage_put_fileobj(key: str, f: BinaryIO) -> None:
-    """Store what `f` holds from where it is at exactly `key`, replacing what was there."""
-    if isinstance(default_storage, FileSystemStorage):
-        target = Path(default_storage.path(key))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
-        with open(tmp, "wb") as out:
-            shutil.copyfileobj(f, out, 1 << 20)
-        os.replace(tmp, target)
-        return
-    if default_storage.exists(key):
-        default_storage.delete(key)
-    default_storage.save(key, f)
-
-
-def storage_get_file(key: str, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with default_storage.open(key, "rb") as src, open(path, "wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
 
 
 # --- the lease ----------------------------------------------------------------------------------
@@ -663,7 +636,7 @@ class Supervisor:
             stored[f"best-{event.epoch}.pt"] = self.job.best_key
         for name, key in stored.items():
             with run_file_open(base, *folder, name, max_bytes=MAX_WEIGHTS_BYTES) as f:
-                storage_put_fileobj(key, f)
+                storage_put(key, f, replace=True)
         artifacts = dict(self.job.artifacts)
         if event.best:
             artifacts["best.pt (training)"] = self.job.best_key
@@ -706,7 +679,7 @@ class Supervisor:
             key = f"training/jobs/{self.job.pk}/{key}"
             try:
                 with self._run_file(name, max_bytes=max_bytes) as f:
-                    storage_put_fileobj(key, f)
+                    storage_put(key, f, replace=True)
             except OSError as e:
                 logger.warning("job %s: %s not collected: %s", self.job.pk, name, e)
                 continue
@@ -895,7 +868,7 @@ def _model_create(job: TrainingJob, best: BinaryIO, names: list, metrics: dict) 
     # Content-addressed key: a deployment of the earlier weights keeps reading those bytes.
     model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
     model.weights_size = size
-    storage_put_fileobj(model.weights_key, best)
+    storage_put(model.weights_key, best, replace=True)
     model.save(update_fields=["weights_key", "weights_size", "weights_sha256"])
     return model
 

@@ -51,7 +51,7 @@ from datasets.services.formats import (
     detect_and_parse,
 )
 from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
-from datasets.services.storage import storage_put
+from core.storage import storage_put
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 

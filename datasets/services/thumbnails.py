@@ -13,7 +13,7 @@ from django.db import transaction
 from PIL import Image as PILImage
 
 from datasets.models import Blob
-from datasets.services.storage import storage_put
+from core.storage import storage_put
 
 logger = logging.getLogger(__name__)
 

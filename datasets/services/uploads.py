@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from typing import BinaryIO
 
 from django.conf import settings
-from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import QuerySet, Sum
@@ -25,6 +24,7 @@ from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
 from core.errors import ServiceError
+from core.storage import storage_delete, storage_local_path, storage_put
 from datasets.models import Dataset, Import, ImportStatus, UploadChunk
 from workspaces.models import User
 from workspaces.permissions import Perm
@@ -171,12 +171,8 @@ def _locked(imp: Import) -> Import:
 
 def _storage_put(key: str, data: bytes) -> None:
     # A stray file can sit at the key when an earlier attempt stored it but its transaction
-    # rolled back; storages do not overwrite (they rename), so clear the name first.
-    if default_storage.exists(key):
-        default_storage.delete(key)
-    saved = default_storage.save(key, ContentFile(data))
-    if saved != key:
-        default_storage.delete(saved)
+    # rolled back: it is replaced.
+    if not storage_put(key, data, replace=True):
         raise ServiceError("The chunk could not be stored under its name; send it again.")
 
 
@@ -330,14 +326,12 @@ def _storage_walk(prefix: str):
 def _storage_delete_tree(prefix: str, keys: list[str]) -> None:
     """Delete the chunks' bytes, and anything else left under the upload's prefix."""
     for key in keys:
-        default_storage.delete(key)
+        storage_delete(key)
     for key in _storage_walk(prefix):
-        default_storage.delete(key)
-    try:
-        folder = default_storage.path(prefix)
-    except NotImplementedError:  # object storage: no folders to remove
-        return
-    shutil.rmtree(folder, ignore_errors=True)
+        storage_delete(key)
+    folder = storage_local_path(prefix)
+    if folder is not None:  # object storage has no folders to remove
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @transaction.atomic

@@ -13,12 +13,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Max
 
 from core.errors import ServiceError
+from core.storage import storage_put
 from datasets.models import Dataset, DatasetClass, DatasetVersion, Image, Label
 from workspaces.models import User
 from workspaces.permissions import Perm
@@ -186,11 +186,8 @@ def _manifest_freeze(*, dataset: Dataset) -> FrozenManifest:
             write(f',"task":{_canonical(head.task)}}}', flush=True)
         content_hash = hasher.hexdigest()
         key = f"{MANIFEST_PREFIX}{content_hash}.json.gz"
-        if not default_storage.exists(key):
-            raw.seek(0)
-            saved = default_storage.save(key, File(raw, name=key))
-            if saved != key:  # a concurrent writer stored the same bytes first
-                default_storage.delete(saved)
+        raw.seek(0)
+        storage_put(key, raw)  # a concurrent writer may have stored the same bytes first
     return FrozenManifest(content_hash=content_hash, key=key, summary=summary.as_dict(head.classes))
 
 

@@ -18,7 +18,7 @@ from django.urls import path, reverse
 from django.utils.http import parse_etags
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from config.files import stored_file_response
+from core.files import stored_file_response
 from core.errors import ServiceError
 from datasets import selectors
 from datasets.models import Dataset, Image, LabelStatus, Split

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from config.files import generated_file_response
+from core.files import generated_file_response
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
 from datasets import selectors

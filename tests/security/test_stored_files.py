@@ -23,7 +23,7 @@ from django.shortcuts import resolve_url
 from django.test import Client, override_settings
 from django.urls import URLPattern, URLResolver, clear_url_caches, get_resolver, reverse
 
-from datasets.services.storage import storage_put
+from core.storage import storage_put
 from datasets.services.thumbnails import thumbnails_make
 from datasets.services.uploads import upload_chunk_put, upload_create
 from datasets.services.versions import version_create

@@ -1,13 +1,11 @@
 """A dataset version as the folder Ultralytics trains from, cached by the version's content
 hash: a second job on the same version (on the same machine) starts without copying a byte."""
 
-import os
 import shutil
 import uuid
 from pathlib import Path
 
-from django.core.files.storage import FileSystemStorage, default_storage
-
+from core.storage import storage_get_file
 from datasets.models import Blob, DatasetVersion, Task
 from datasets.services.export import yolo_layout_write
 from datasets.services.versions import version_manifest_load
@@ -23,16 +21,7 @@ class _FolderSink:
         return path
 
     def blob(self, arcname: str, sha256: str) -> None:
-        target = self._path(arcname)
-        key = Blob(sha256=sha256).storage_key
-        if isinstance(default_storage, FileSystemStorage):
-            try:  # the same bytes under a second name, without copying them
-                os.link(default_storage.path(key), target)
-                return
-            except OSError:
-                pass  # another file system: copy
-        with default_storage.open(key, "rb") as src, target.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        storage_get_file(Blob(sha256=sha256).storage_key, self._path(arcname), link=True)
 
     def text(self, arcname: str, text: str) -> None:
         self._path(arcname).write_text(text, encoding="utf-8")

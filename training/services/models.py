@@ -7,15 +7,14 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
 from core.errors import ServiceError
+from core.storage import storage_delete, storage_get_file, storage_local_path, storage_put_file
 from datasets.models import Task
 from datasets.services.ingest import display_name
 from training.models import TrainedModel
-from training.supervisor import storage_get_file, storage_put_file
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -111,8 +110,9 @@ def model_local_path(model: TrainedModel, key: str | None = None) -> Path:
     """A local file of the model (its weights, or `key`, say an export), fetched from storage
     once per content when storage is not a local folder."""
     key = key or model.weights_key
-    if isinstance(default_storage, FileSystemStorage):
-        return Path(default_storage.path(key))
+    local = storage_local_path(key)
+    if local is not None:
+        return local
     target = _model_cache_path(model, key)
     if not target.exists():
         tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}"
@@ -132,6 +132,5 @@ def model_weights_delete(*, model: TrainedModel) -> None:
     that failed inspection is kept by nobody, so no later request can point anything at it."""
     if not model.weights_key:
         return
-    default_storage.delete(model.weights_key)
-    if not isinstance(default_storage, FileSystemStorage):
-        _model_cache_path(model, model.weights_key).unlink(missing_ok=True)
+    storage_delete(model.weights_key)
+    _model_cache_path(model, model.weights_key).unlink(missing_ok=True)  # S3's local copy

@@ -9,7 +9,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from config.files import stored_file_response
+from core.files import stored_file_response
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
 from training import selectors

@@ -6,7 +6,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from config.files import stored_file_response
+from core.files import stored_file_response
 from core.errors import ServiceError
 from deploy.exports import exports_panel
 from training import selectors

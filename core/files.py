@@ -16,9 +16,11 @@ from typing import IO
 from urllib.parse import quote
 
 from django.conf import settings
-from django.core.files.storage import FileSystemStorage, default_storage
+from django.core.files.storage import default_storage
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect
 from django.utils.http import content_disposition_header
+
+from core.storage import storage_is_local
 
 INLINE_TYPES = frozenset(
     {"image/png", "image/jpeg", "image/webp", "image/gif", "image/bmp", "image/tiff"}
@@ -53,7 +55,7 @@ def stored_file_response(
     inline = inline_type in INLINE_TYPES
     content_type = inline_type if inline else OPAQUE
     name = safe_filename(filename)
-    if not isinstance(default_storage, FileSystemStorage):  # S3 (the lazy proxy reports its class)
+    if not storage_is_local():  # S3
         return _presigned_redirect(key, name, content_type, inline, cache_seconds)
     if settings.STORAGE_ACCEL_REDIRECT:
         if not default_storage.exists(key):
