@@ -1,25 +1,58 @@
-"""Buying credits: the top-up form's target, the page Stripe sends people back to, and Stripe's
-webhook (the one view without CSRF protection: Stripe signs its requests instead)."""
+"""The workspace's billing page (plan, credits, usage, history) and buying credits: the top-up
+form's target, the page Stripe sends people back to, and Stripe's webhook (the one view without
+CSRF protection: Stripe signs its requests instead)."""
 
 import logging
 
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import redirect
-from django.urls import path
+from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from billing import stripe_gateway
+from billing import ledger, selectors, stripe_gateway
 from billing.models import PaymentStatus
-from billing.payments import payment_fulfil, topup_start, webhook_handle
+from billing.payments import PRESET_CREDITS, payment_fulfil, topup_start, webhook_handle
 from core.errors import ServiceError
+from core.http import page_of
+from core.money import MICRO
+from deploy.selectors import inference_usage
+from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
 logger = logging.getLogger(__name__)
+
+
+@workspace_view(Perm.READ)
+def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
+    """Every member sees the credits (they decide whether training can start); buying them
+    needs MANAGE_BILLING."""
+    account = ledger.account_for(access.workspace)
+    usage = selectors.usage_per_day(account=account)
+    return render(
+        request,
+        "billing/workspace_billing.html",
+        {
+            "access": access,
+            "plan": access.workspace.plan,
+            "seats_used": workspace_selectors.workspace_seats_used(workspace=access.workspace),
+            "account": account,
+            "entries": page_of(request, selectors.ledger_entry_list(account=account)),
+            "usage": usage,
+            "usage_chart": {
+                "labels": [row["day"].isoformat() for row in usage],
+                "micro": [row["spent"] for row in usage],
+            },
+            "job_costs": selectors.job_costs(account=account),
+            "inference": inference_usage(workspace=access.workspace),
+            "topups_enabled": stripe_gateway.enabled(),
+            "can_buy": access.can(Perm.MANAGE_BILLING),
+            "presets": PRESET_CREDITS,
+        },
+    )
 
 
 def _credits_asked(request: HttpRequest) -> int | None:
@@ -57,7 +90,7 @@ def topup_done(request: HttpRequest, access: WorkspaceAccess) -> HttpResponse:
     if payment is None or payment.workspace_id != access.workspace.pk:
         messages.error(request, "That payment is not one of this workspace's.")
     elif payment.status == PaymentStatus.PAID:
-        messages.success(request, f"Thank you: {payment.amount // 1_000_000} credits were added.")
+        messages.success(request, f"Thank you: {payment.amount // MICRO} credits were added.")
     else:
         messages.info(request, "Stripe has not confirmed the payment yet; the credits follow.")
     return back
@@ -75,10 +108,3 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
         return HttpResponseBadRequest("The signature does not verify.")
     logger.info("Stripe webhook: %s", outcome)
     return HttpResponse("ok")
-
-
-urlpatterns = [
-    path("w/<slug:ws_slug>/billing/topup/", topup_start_view, name="billing_topup"),
-    path("w/<slug:ws_slug>/billing/topup/done/", topup_done, name="billing_topup_done"),
-    path("billing/stripe/webhook", stripe_webhook, name="stripe_webhook"),
-]

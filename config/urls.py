@@ -15,9 +15,9 @@ urlpatterns = [
     path("", include("deploy.urls")),
     path("", include("training.views")),
     path("", include("training.live")),
-    path("", include("billing.views")),
+    path("", include("billing.urls")),
 ]
 # No route serves MEDIA_URL, not even under DEBUG: stored files are users' data, sent only by
 # views that check access (core/files.py).
 
-handler403 = "workspaces.views.permission_denied"
+handler403 = "workspaces.views.workspaces.permission_denied"

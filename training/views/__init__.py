@@ -20,11 +20,13 @@ from training.views.models import (
     model_upload_view,
     model_weights,
 )
+from training.views.projects import project_detail
 from training.views.start import job_create
 
 W = "w/<slug:ws_slug>/"
 JOB = W + "training/jobs/<int:pk>/"
 urlpatterns = [
+    path(W + "projects/<int:pk>/", project_detail, name="project_detail"),
     path(W + "projects/<int:pk>/train/", job_create, name="job_create"),
     path(W + "projects/<int:pk>/train/estimate/", job_estimate, name="job_estimate"),
     path(W + "projects/<int:pk>/compare/", project_compare, name="project_compare"),
