@@ -114,7 +114,7 @@ for result in response.json()["images"][0]["results"]:
 
 def try_context(request: HtmxHttpRequest, model) -> dict:
     """What the try-it page shows of `model`: for its workspace, and for a public model
-    (deploy.views_public)."""
+    (deploy.views.public)."""
     predict_path = reverse("api:model_predict", kwargs={"model_id": model.pk})
     predict_url = request.build_absolute_uri(predict_path)
     return {

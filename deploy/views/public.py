@@ -4,7 +4,6 @@ their own or on the public dataset's pictures. Nothing else of its workspace is 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.urls import path
 from django.views.decorators.http import require_GET
 
 from core.http import HtmxHttpRequest
@@ -17,8 +16,3 @@ from deploy.views_models import try_context
 def public_model_try(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     model = model_public_get(pk=pk)
     return render(request, "deploy/model_try.html", {"public": True, **try_context(request, model)})
-
-
-urlpatterns = [
-    path("explore/models/<int:pk>/try/", public_model_try, name="public_model_try"),
-]

@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.db.models import Sum
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from core.errors import ServiceError
@@ -180,15 +180,3 @@ def deployment_delete(request, access: WorkspaceAccess, pk: int) -> HttpResponse
         return redirect("deployment_detail", ws_slug=access.workspace.slug, pk=deployment.pk)
     messages.success(request, f"{deployment.name} was deleted.")
     return redirect(reverse("deployment_list", args=[access.workspace.slug]))
-
-
-W = "w/<slug:ws_slug>/deployments/"
-urlpatterns = [
-    path(W, deployment_list, name="deployment_list"),
-    path(W + "new/", deployment_create, name="deployment_create"),
-    path(W + "<int:pk>/", deployment_detail, name="deployment_detail"),
-    path(W + "<int:pk>/start/", deployment_start, name="deployment_start"),
-    path(W + "<int:pk>/stop/", deployment_stop, name="deployment_stop"),
-    path(W + "<int:pk>/swap/", deployment_swap, name="deployment_swap"),
-    path(W + "<int:pk>/delete/", deployment_delete, name="deployment_delete"),
-]

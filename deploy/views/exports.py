@@ -4,11 +4,10 @@ runs), and the download of a finished export."""
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
-from core.files import stored_file_response
 from core.errors import ServiceError
+from core.files import stored_file_response
 from core.http import HtmxHttpRequest
 from deploy.exports import export_filename, export_get, export_start, exports_panel
 from training import selectors as training_selectors
@@ -53,11 +52,3 @@ def model_exports(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) ->
 def export_download(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
     export = export_get(workspace=access.workspace, pk=pk)
     return stored_file_response(key=export.file_key, filename=export_filename(export))
-
-
-W = "w/<slug:ws_slug>/"
-urlpatterns = [
-    path(W + "models/<int:pk>/exports/", model_exports, name="model_exports"),
-    path(W + "models/<int:pk>/exports/start/", model_export_start, name="model_export_start"),
-    path(W + "exports/<int:pk>/download/", export_download, name="export_download"),
-]
