@@ -18,6 +18,7 @@ from django.http import Http404
 
 from core.errors import ServiceError
 from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap, queued_until
+from core.tasks import task_send, task_send_on_commit
 from core.storage import storage_delete, storage_put_file
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
 from deploy.export_process import LOG_TAIL_CHARS, worker_run
@@ -34,7 +35,7 @@ EXPORT_TIMEOUT_SECONDS = 20 * 60
 
 
 def _send(export: ModelExport) -> None:
-    export_run.delay(export.pk)
+    task_send("deploy.export_run", export.pk)
 
 
 EXPORT_JOB = LongJob(
@@ -87,7 +88,7 @@ def export_start(*, access: WorkspaceAccess, model: TrainedModel, fmt: str) -> M
             )
     except IntegrityError:  # a start at the same moment won (one_active_export_per_model_format)
         raise ServiceError(busy) from None
-    transaction.on_commit(lambda: export_run.delay(export.pk))
+    task_send_on_commit("deploy.export_run", export.pk)
     return export
 
 
@@ -138,15 +139,9 @@ def export_filename(export: ModelExport) -> str:
 # --- the job ------------------------------------------------------------------------------------
 
 
-@shared_task(
-    name="deploy.export_run",
-    soft_time_limit=EXPORT_TIMEOUT_SECONDS + 5 * 60,
-    time_limit=EXPORT_TIMEOUT_SECONDS + 6 * 60,
-)
-def export_run(export_id: int, **kwargs) -> None:
-    """Run one export. Idempotent: an export already taken (or finished) is left alone."""
-    if kwargs:
-        logger.warning("deploy.export_run: unexpected arguments %s", sorted(kwargs))
+def export_run_once(export_id: int) -> None:
+    """Run one export (the deploy.export_run task). Idempotent: an export already taken (or
+    finished) is left alone."""
     lease = lease_take(EXPORT_JOB, export_id, progress=1)
     if lease is None:
         return

@@ -1,12 +1,11 @@
-"""Deploy background work: ids in, load, guard, call the service. The export and inspection
-tasks live beside their code (deploy.exports, deploy.inspect) and are imported here so
-Celery's autodiscovery registers them."""
+"""Deploy background work: ids in, load, guard, call the service. The inspection task lives
+beside its code (deploy.inspect) and is imported here so Celery's autodiscovery registers it."""
 
 import logging
 
 from celery import shared_task
 
-from deploy.exports import export_run  # noqa: F401
+from deploy.exports import EXPORT_TIMEOUT_SECONDS, export_run_once
 from deploy.inspect import model_inspect  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -39,3 +38,14 @@ def usage_flush(**kwargs) -> int:
     from deploy.usage import usage_flush as flush
 
     return flush()
+
+
+@shared_task(
+    name="deploy.export_run",
+    soft_time_limit=EXPORT_TIMEOUT_SECONDS + 5 * 60,
+    time_limit=EXPORT_TIMEOUT_SECONDS + 6 * 60,
+)
+def export_run(export_id: int, **kwargs) -> None:
+    """Run one export; one already taken (or finished) is left alone."""
+    _log_unexpected("deploy.export_run", kwargs)
+    export_run_once(export_id)

@@ -260,7 +260,7 @@ def test_uploads_are_inspected_in_the_worker_and_hostile_ones_never_loaded(
 
 @pytest.mark.django_db
 def test_an_export_already_taken_or_finished_is_left_alone(team):
-    from deploy.exports import export_run
+    from deploy.tasks import export_run
 
     model = trained_model_row(workspace=team.workspace, class_names=["a"])
     for state in (ExportState.RUNNING, ExportState.SUCCEEDED, ExportState.FAILED):

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 from PIL import Image as PILImage
 
-from deploy.exports import export_run
 from deploy.models import ExportState, ModelExport, UsageDay
+from deploy.tasks import export_run
 from deploy.usage import usage_flush
 from tests.training.factories import trained_model_row
 from workspaces.services import api_key_create
