@@ -6,8 +6,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from billing.ledger import MAX_AMOUNT, credits_adjust, credits_format, credits_grant
-from billing.models import MICRO, CreditAccount, LedgerEntry, Plan
+from billing.models import CreditAccount, LedgerEntry, Plan
 from core.errors import ServiceError
+from core.money import to_micro
 
 
 @admin.register(Plan)
@@ -38,7 +39,7 @@ class CreditsForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=True)
 
     def clean_credits(self) -> int:
-        micro = int(self.cleaned_data["credits"] * MICRO)
+        micro = to_micro(self.cleaned_data["credits"])
         if micro == 0 or abs(micro) > MAX_AMOUNT:
             raise forms.ValidationError("Give a non-zero amount of at most a billion credits.")
         return micro

@@ -1,6 +1,6 @@
 """The credit ledger: every change of a workspace's credits, one append-only entry each.
 
-All amounts are integer micro-credits (billing.models.MICRO per credit). Each function is one
+All amounts are integer micro-credits (core.money.MICRO per credit). Each function is one
 transaction that locks the account row (SELECT ... FOR UPDATE), so concurrent holds and captures
 queue up behind each other, and changes `balance`/`held` only together with the entry that
 explains it. Sign conventions are on billing.models.EntryKind.
@@ -15,8 +15,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from billing.models import MICRO, CreditAccount, EntryKind, LedgerEntry
+from billing.models import CreditAccount, EntryKind, LedgerEntry
 from core.errors import ServiceError
+from core.money import MICRO
 from workspaces.models import User, Workspace
 
 MAX_AMOUNT = 10**15  # a billion credits: anything larger is a bug, not a purchase

@@ -2,8 +2,6 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-MICRO = 1_000_000  # micro-credits in one credit; one credit is one US dollar
-
 
 class Plan(models.Model):
     """What a workspace may use: seats, upload sizes, credits, concurrency, storage."""

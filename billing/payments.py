@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from billing import stripe_gateway
 from billing.ledger import credits_purchase
-from billing.models import MICRO, Payment, PaymentStatus, StripeEvent
+from billing.models import Payment, PaymentStatus, StripeEvent
 from core.errors import ServiceError
+from core.money import to_micro
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -36,7 +37,7 @@ def topup_start(*, access: WorkspaceAccess, credits: int, site_url: str) -> tupl
         raise ServiceError(f"Buy between {MIN_CREDITS} and {MAX_CREDITS:,} credits at a time.")
     payment = Payment.objects.create(
         workspace=access.workspace,
-        amount=credits * MICRO,
+        amount=to_micro(credits),
         amount_cents=credits * 100,  # 1 credit = 1 US dollar
         created_by=access.user,
     )

@@ -1,6 +1,7 @@
 from django.db import transaction
 
-from billing.models import MICRO, Plan
+from billing.models import Plan
+from core.money import MICRO
 
 GIB = 1024**3
 GB = 1000**3

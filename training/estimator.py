@@ -21,13 +21,13 @@ import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
-from decimal import Decimal
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, Max
 
+from core.money import per_hour_to_micro
 from datasets.models import DatasetVersion, Task
 from training.models import GpuType, JobState, ModelFamily, ModelSize, TrainingJob
 from training.services.arguments import model_yaml_name, ultralytics_config
@@ -356,7 +356,8 @@ def _size_words(config: EstimateConfig) -> str:
 
 
 def microcredits(seconds: float, gpu: GpuType) -> int:
-    return int(Decimal(str(round(seconds))) * gpu.hourly_price / 3600 * 1_000_000)
+    """What the estimate shows for `seconds` on `gpu`: whole seconds, as the estimate reads."""
+    return per_hour_to_micro(round(seconds), gpu.hourly_price)
 
 
 def estimate(config: EstimateConfig, gpu: GpuType, *, measure: bool = True) -> Estimate:

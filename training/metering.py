@@ -9,7 +9,6 @@ heartbeat charges nothing and a missed one is caught up by the next.
 
 import logging
 from datetime import datetime
-from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import Sum
@@ -24,7 +23,8 @@ from billing.ledger import (
     hold_release,
     job_open_hold,
 )
-from billing.models import MICRO, EntryKind, LedgerEntry
+from billing.models import EntryKind, LedgerEntry
+from core.money import per_hour_to_micro
 from training.models import TrainingAttempt, TrainingJob
 
 logger = logging.getLogger(__name__)
@@ -33,17 +33,12 @@ HOLD_MINIMUM_SECONDS = 15 * 60  # a job holds at least a quarter of an hour of i
 NEXT_SLICE_SECONDS = 5 * 60  # kept held ahead while it runs
 
 
-def rate(job: TrainingJob) -> Decimal:
-    """Micro-credits per second of the job's machine."""
-    return Decimal(job.gpu_type.hourly_price) * MICRO / 3600
-
-
 def metered(job: TrainingJob) -> bool:
     return job.gpu_type.hourly_price > 0
 
 
 def _micro(seconds: float, job: TrainingJob) -> int:
-    return int((Decimal(str(seconds)) * rate(job)).to_integral_value())
+    return per_hour_to_micro(seconds, job.gpu_type.hourly_price)
 
 
 def hold_for_start(job: TrainingJob, *, estimate_seconds: float | None = None) -> None:

@@ -4,7 +4,8 @@ import pytest
 from django.db import connection
 
 from billing.ledger import InsufficientCredits, account_for, hold_place
-from billing.models import MICRO, EntryKind, LedgerEntry
+from billing.models import EntryKind, LedgerEntry
+from core.money import MICRO
 
 
 @pytest.mark.django_db(transaction=True)

@@ -17,9 +17,10 @@ from billing.ledger import (
     hold_release,
     job_open_hold,
 )
-from billing.models import MICRO, CreditAccount, EntryKind, LedgerEntry
+from billing.models import CreditAccount, EntryKind, LedgerEntry
 from billing.tasks import grant_monthly_task
 from core.errors import ServiceError
+from core.money import MICRO
 from workspaces.services import workspace_delete
 
 pytestmark = pytest.mark.django_db

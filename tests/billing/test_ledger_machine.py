@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from billing import ledger
-from billing.models import MICRO, EntryKind, LedgerEntry
+from billing.models import EntryKind, LedgerEntry
 from core.errors import ServiceError
+from core.money import MICRO
 
 amounts = st.integers(min_value=1, max_value=30 * MICRO)
 refs = st.sampled_from(["pay_a", "pay_b", "pay_c"])

@@ -2,7 +2,7 @@ import pytest
 from django.urls import reverse
 
 from billing.ledger import account_for, credits_grant, hold_capture, hold_place, hold_release
-from billing.models import MICRO
+from core.money import MICRO
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.ledger import account_for
-from billing.models import MICRO, CreditAccount, EntryKind, LedgerEntry
+from billing.models import CreditAccount, EntryKind, LedgerEntry
+from core.money import MICRO
 from tests.workspaces.factories import PASSWORD, UserFactory
 from workspaces.models import Workspace
 from workspaces.services import workspace_create_team

@@ -14,7 +14,8 @@ from django.test import Client, override_settings
 
 from billing import stripe_gateway
 from billing.ledger import account_for
-from billing.models import MICRO, EntryKind, LedgerEntry, Payment, PaymentStatus, StripeEvent
+from billing.models import EntryKind, LedgerEntry, Payment, PaymentStatus, StripeEvent
+from core.money import MICRO
 
 SECRET = "whsec_test_secret"
 KEYS = override_settings(STRIPE_SECRET_KEY="sk_test_x", STRIPE_WEBHOOK_SECRET=SECRET)

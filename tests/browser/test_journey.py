@@ -27,7 +27,8 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.utils.text import slugify
 
-from billing.models import MICRO, LedgerEntry
+from billing.models import LedgerEntry
+from core.money import MICRO
 from datasets.models import Dataset, Image, Label
 from datasets.services.demo import CLASSES, TRAIN, demo_images
 from deploy.models import Deployment

@@ -391,3 +391,37 @@ def test_submitting_a_job_keeps_its_estimate(catalog, team, project):
         params=params,
     )
     assert job.estimated_seconds == estimate(config_of_job(job), gpu).seconds
+
+
+def test_the_credits_held_for_a_job_are_the_estimate_shown_for_it(catalog, team, project):
+    """The form shows a machine's estimate; submitting holds exactly that many micro-credits
+    (a job estimated past the 15-minute minimum, without a budget cap), not one more or less."""
+    from billing.ledger import job_open_hold
+    from training.services.arguments import TrainParams
+    from training.services.jobs import job_submit
+
+    gpu = catalog["local"]
+    version = small_version(access=team.access("owner"))
+    params = TrainParams(
+        task="detect", model_family="yolo11", model_size="n", epochs=3000, imgsz=640, batch=2
+    )
+    model_cost("yolo11", "n", "detect")  # measured, as the form does before a submit
+    planned = job_row(project=project, version=version, gpu=gpu, epochs=3000, imgsz=640, batch=2)
+    seconds = estimate(config_of_job(planned), gpu).seconds
+    assert seconds > 15 * 60
+    # A price at which the exact cost falls more than half-way between two micro-credits
+    # (seconds × tenths of a cent an hour: 1e6 / 3600 / 1000 = 5/18 micro-credit).
+    mills = next(m for m in range(1000, 10_000) if (seconds * m * 5) % 18 / 18 > 0.5)
+    gpu.hourly_price = f"{mills / 1000:.3f}"
+    gpu.save(update_fields=["hourly_price"])
+    gpu.refresh_from_db()
+    job = job_submit(
+        access=team.access("editor"),
+        project=project,
+        version=version,
+        gpu_type_id=gpu.pk,
+        params=params,
+    )
+    shown = estimate(config_of_job(job), gpu)
+    assert shown.seconds == seconds == job.estimated_seconds
+    assert job_open_hold(job) == shown.credits > 0

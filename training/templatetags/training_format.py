@@ -4,6 +4,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 
+from core.money import from_micro
+
 register = template.Library()
 
 
@@ -33,7 +35,7 @@ def dollars(amount) -> str:
     return f"${cents:,}"
 
 
-@register.filter
-def from_micro(micro) -> Decimal | None:
+@register.filter(name="from_micro")
+def from_micro_filter(micro) -> Decimal | None:
     """Micro-credits as credits (one credit is one US dollar), for `dollars`."""
-    return None if micro is None else Decimal(int(micro)) / 1_000_000
+    return None if micro is None else from_micro(micro)

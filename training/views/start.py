@@ -9,6 +9,7 @@ from django.views.decorators.http import require_http_methods
 
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
+from core.money import to_micro
 from training import selectors
 from training.forms import TrainForm
 from training.services.arguments import extra_args_parse
@@ -59,9 +60,7 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                     base_model=data["base_model"],
                     quick_test="quick_test" in request.POST,
                     notify_email=data["notify_email"],
-                    budget_cap=(
-                        int(data["budget_cap"] * 1_000_000) if data["budget_cap"] else None
-                    ),
+                    budget_cap=(to_micro(data["budget_cap"]) if data["budget_cap"] else None),
                     name=data["name"],
                 )
             except ServiceError as e:
