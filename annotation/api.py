@@ -1,14 +1,17 @@
 """The labelling JSON API (under /api/v1/), used by the editor itself.
 
-Bodies are read as plain JSON and checked here and in annotation.shapes, so a refusal names
-the label and the reason rather than a schema path."""
+Bodies are Schemas, validated here rather than by Ninja's signature parsing, so a refusal is
+400 with `detail` in words the editor shows as they are (naming the field, or in
+annotation.shapes the label, and the reason) rather than Ninja's 422 list of schema paths."""
 
 import json
+from typing import Annotated, Any, ClassVar, TypeVar
 
+import pydantic
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
-from ninja import Router
+from ninja import Field, Router, Schema
 
 from annotation import selectors, services
 from annotation.shapes import LabelsInvalid
@@ -21,6 +24,80 @@ from workspaces.selectors import workspace_access_for_object
 router = Router(tags=["labels"])
 MAX_BODY = 8 * 1024 * 1024
 WORKER_WAIT_SECONDS = 90
+
+Number = pydantic.StrictInt | pydantic.StrictFloat
+Box = Annotated[list[pydantic.StrictFloat], Field(min_length=4, max_length=4)]
+BOX_REFUSAL = "Send the rough box as [cx, cy, w, h], normalised 0..1."
+
+
+class Body(Schema):
+    refusals: ClassVar[dict[str, str]] = {}  # field → what to say when it does not fit
+
+
+class LabelsIn(Body):
+    revision: Any = None  # labels_save answers a missing or stale one
+    labels: Any = None  # annotation.shapes checks each label and names the one at fault
+    accepted_suggestions: list[Any] | None = Field(None, max_length=10_000)
+    rejected_suggestions: list[Any] | None = Field(None, max_length=10_000)
+
+    refusals: ClassVar = dict.fromkeys(
+        ["accepted_suggestions", "rejected_suggestions"],
+        "Suggestion ids must be a list of numbers.",
+    )
+
+
+class ReviewIn(Body):
+    model_config = pydantic.ConfigDict(coerce_numbers_to_str=True)
+
+    action: str = ""  # image_review names the choices
+    comment: str = ""
+
+    refusals: ClassVar = {
+        "action": "Choose submit, approve or reject.",
+        "comment": "Write the comment as text.",
+    }
+
+
+class SuggestionsIn(Body):
+    model_id: Any = None  # model_for_workspace answers a missing or foreign one
+    conf: Annotated[pydantic.StrictFloat, Field(gt=0, lt=1)] = 0.25
+
+    refusals: ClassVar = {"conf": "The confidence threshold is between 0 and 1."}
+
+
+class SmartPolygonIn(Body):
+    box: Box
+
+    refusals: ClassVar = {"box": BOX_REFUSAL}
+
+
+class SamIn(Body):
+    points: (
+        list[Annotated[list[pydantic.StrictBool | Number], Field(min_length=3, max_length=3)]]
+        | None
+    ) = None
+    box: Box | None = None
+
+    refusals: ClassVar = {
+        "points": "Send points as [[x, y, 1 or 0], ...], normalised 0..1.",
+        "box": BOX_REFUSAL,
+    }
+
+
+class ClassIn(Body):
+    name: str
+
+    refusals: ClassVar = {"name": "Give the class a name."}
+
+
+BodyT = TypeVar("BodyT", bound=Body)
+
+
+def _payload(request: HttpRequest, schema: type[BodyT]) -> BodyT:
+    try:
+        return schema.model_validate(_body(request))
+    except pydantic.ValidationError as error:
+        raise ServiceError(schema.refusals[error.errors()[0]["loc"][0]]) from None
 
 
 def _body(request: HttpRequest) -> dict:
@@ -58,17 +135,6 @@ def _worker_answer(result) -> dict:
         ) from None
 
 
-def _box(data: dict) -> list[float]:
-    box = data.get("box")
-    if (
-        not isinstance(box, list)
-        or len(box) != 4
-        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in box)
-    ):
-        raise ServiceError("Send the rough box as [cx, cy, w, h], normalised 0..1.")
-    return [float(v) for v in box]
-
-
 @router.get("/images/{image_id}/labels")
 def labels_get(request: HttpRequest, image_id: int):
     """An image's labels (normalised coordinates), its revision, review status, and the
@@ -82,15 +148,15 @@ def labels_put(request: HttpRequest, image_id: int):
     """Replace an image's labels. Send the `revision` you read: a stale one gets 409 and
     nothing is written. Labels are clipped to the image; degenerate ones are refused (400)."""
     access, image = _image(request, image_id, Perm.WRITE)
-    data = _body(request)
+    payload = _payload(request, LabelsIn)
     try:
         saved = services.labels_save(
             access=access,
             image=image,
-            revision=data.get("revision"),
-            labels=data.get("labels"),
-            accepted_suggestions=_ids(data.get("accepted_suggestions")),
-            rejected_suggestions=_ids(data.get("rejected_suggestions")),
+            revision=payload.revision,
+            labels=payload.labels,
+            accepted_suggestions=_ids(payload.accepted_suggestions),
+            rejected_suggestions=_ids(payload.rejected_suggestions),
         )
     except services.StaleRevision as exc:
         return JsonResponse({"detail": str(exc), "revision": exc.revision}, status=409)
@@ -99,12 +165,9 @@ def labels_put(request: HttpRequest, image_id: int):
     return JsonResponse(selectors.labels_payload(saved.image))
 
 
-def _ids(value) -> list[int]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or len(value) > 10_000:
-        raise ServiceError("Suggestion ids must be a list of numbers.")
-    return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+def _ids(values: list | None) -> list[int]:
+    """The ids among them: anything else in the list is passed over."""
+    return [v for v in values or [] if isinstance(v, int) and not isinstance(v, bool)]
 
 
 @router.post("/images/{image_id}/review")
@@ -112,12 +175,9 @@ def review_post(request: HttpRequest, image_id: int):
     """`{"action": "submit" | "approve" | "reject", "comment": "..."}`: editors submit,
     reviewers (admins, or members marked reviewer) approve or reject with a comment."""
     access, image = _image(request, image_id, Perm.WRITE)  # reviewers can all write, too
-    data = _body(request)
+    payload = _payload(request, ReviewIn)
     image = services.image_review(
-        access=access,
-        image=image,
-        action=str(data.get("action", "")),
-        comment=str(data.get("comment", "")),
+        access=access, image=image, action=payload.action, comment=payload.comment
     )
     return JsonResponse({"status": image.status, "review_comment": image.review_comment})
 
@@ -127,11 +187,8 @@ def suggestions_post(request: HttpRequest, image_id: int):
     """Run a trained model of the workspace on this image now: `{"model_id": 3, "conf": 0.25}`.
     Its suggestions replace that model's earlier ones on this image."""
     access, image = _image(request, image_id, Perm.WRITE)
-    data = _body(request)
-    model = services.model_for_workspace(access=access, model_id=data.get("model_id"))
-    conf = data.get("conf", 0.25)
-    if not isinstance(conf, int | float) or isinstance(conf, bool) or not 0 < conf < 1:
-        raise ServiceError("The confidence threshold is between 0 and 1.")
+    payload = _payload(request, SuggestionsIn)
+    model = services.model_for_workspace(access=access, model_id=payload.model_id)
     if model.task != image.dataset.task:
         raise ServiceError(
             f"“{model.name}” is a {model.get_task_display().lower()} model; this image's "
@@ -139,7 +196,7 @@ def suggestions_post(request: HttpRequest, image_id: int):
         )
     from annotation.tasks import image_predict_task
 
-    answer = _worker_answer(image_predict_task.delay(image.pk, model.pk, float(conf)))
+    answer = _worker_answer(image_predict_task.delay(image.pk, model.pk, payload.conf))
     if "error" in answer:
         raise ServiceError(answer["error"])
     return JsonResponse(selectors.labels_payload(image))
@@ -150,7 +207,7 @@ def smart_polygon(request: HttpRequest, image_id: int):
     """A polygon around the object in a rough box `{"box": [cx, cy, w, h]}`, from GrabCut
     (classic segmentation, no model needed). Nothing is saved: the editor adds it."""
     _, image = _image(request, image_id, Perm.WRITE)
-    box = _box(_body(request))
+    box = _payload(request, SmartPolygonIn).box
     from annotation import assist
     from annotation.prelabel import image_files
 
@@ -170,14 +227,8 @@ def sam_post(request: HttpRequest, image_id: int):
     weights = settings.ANNOTATION_SAM_WEIGHTS
     if not weights:
         raise ServiceError(selectors.sam_message(""))
-    data = _body(request)
-    points = data.get("points") or []
-    if not isinstance(points, list) or not all(
-        isinstance(p, list) and len(p) == 3 and all(isinstance(v, int | float) for v in p)
-        for p in points
-    ):
-        raise ServiceError("Send points as [[x, y, 1 or 0], ...], normalised 0..1.")
-    box = _box(data) if data.get("box") is not None else None
+    payload = _payload(request, SamIn)
+    points, box = payload.points or [], payload.box
     if not points and box is None:
         raise ServiceError("Click the object first.")
     from annotation.tasks import sam_polygon_task
@@ -194,8 +245,6 @@ def class_create(request: HttpRequest, dataset_id: int):
     access, dataset = dataset_selectors.dataset_access_for_caller(
         auth=request.auth, user=request.user, pk=dataset_id
     )
-    name = _body(request).get("name")
-    if not isinstance(name, str):
-        raise ServiceError("Give the class a name.")
+    name = _payload(request, ClassIn).name
     created = dataset_class_create(access=access, dataset=dataset, name=name)
     return JsonResponse(selectors.class_out(created), status=201)
