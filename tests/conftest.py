@@ -1,7 +1,5 @@
 import importlib
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +8,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from billing.services import plans_seed
-from tests.servers import subprocess_database_url
+from tests.workers import Workers
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from workspaces.models import Role, User, Workspace
 from workspaces.selectors import workspace_access_for_user
@@ -127,37 +125,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def celery_worker_process(transactional_db):
-    env = {
-        **os.environ,
-        "DATABASE_URL": subprocess_database_url(),
-        "DJANGO_SETTINGS_MODULE": "config.test_settings",
-    }
-    # This run's own queue (no other worker takes its tasks), plus the default queue that
-    # services enqueue to (on the test broker's own Redis database).
+    """A worker on this run's own queue (no other worker takes its tasks), plus the default
+    queue that services send to (on the test broker's own Redis database)."""
     queue = f"test-{os.getpid()}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            f"{queue},{settings.CELERY_TASK_DEFAULT_QUEUE}",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "WARNING",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
+    workers = Workers()
+    workers.start(queue, settings.CELERY_TASK_DEFAULT_QUEUE)
     try:
         yield queue
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        workers.stop_all()

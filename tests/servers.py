@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -74,3 +75,29 @@ def app_server(**env_extra: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+class WebProcess:
+    """`python -m config.web` on a fixed port, killed and started again as a crash would."""
+
+    def __init__(self):
+        from django.conf import settings
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": subprocess_database_url(),
+            "DJANGO_SETTINGS_MODULE": "config.test_settings",
+            "MEDIA_ROOT": str(settings.MEDIA_ROOT),
+            "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,
+        }
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = web_start(self.port, self.env)
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)

@@ -4,7 +4,6 @@ A route or API operation without a row here fails `test_every_route_has_a_row`, 
 page can skip the tenancy and role checks.
 """
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from django.utils import timezone
 from config.api import api
 from datasets.models import Import
 from datasets.services.versions import version_create
+from tests.authz import LOGIN, ApiRow, Row, _ws
 from tests.datasets.factories import (
     DatasetClassFactory,
     DatasetFactory,
@@ -29,26 +29,6 @@ from workspaces.services import api_key_create, invitation_token
 ROLES = ["viewer", "editor", "admin", "owner"]
 ACTORS = ["anonymous", *ROLES, "stranger"]
 OUR_APPS = {"workspaces", "datasets", "annotation", "training", "billing", "deploy", "config"}
-LOGIN = "login"  # expected: 302 to the login page
-
-
-@dataclass
-class Row:
-    route: str
-    method: str
-    min_role: str | None  # None: not tied to a workspace
-    ok: int
-    kwargs: dict = field(default_factory=dict)  # values are names of context objects or literals
-    data: dict = field(default_factory=dict)
-    # expectation overrides for callers not in the workspace
-    anonymous: object = LOGIN
-    stranger: object = 404
-
-
-def _ws(**kw):
-    return {"ws_slug": "acme", **kw}
-
-
 ROUTES = [
     Row("home", "get", None, 302, anonymous=200, stranger=302),
     Row("workspace_create", "get", None, 200, stranger=200),
@@ -91,18 +71,6 @@ ROUTES = [
     Row("api_key_list", "post", "admin", 302, _ws(), {"name": "k", "scopes": ["read"]}),
     Row("api_key_revoke", "post", "admin", 302, _ws(pk="@api_key")),
 ]
-
-
-@dataclass
-class ApiRow:
-    path: str  # as in the OpenAPI schema
-    method: str
-    min_role: str
-    scope: str
-    ok: int
-    body: dict | None = None  # values may name context objects ("@name"), as Row's do
-    ids: dict = field(default_factory=dict)  # path ids for this row, e.g. {"job_id": "@job"}
-    query: str = ""  # appended to the path, e.g. "?workspace=acme"
 
 
 def _area_rows(name: str) -> list:

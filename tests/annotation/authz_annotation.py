@@ -6,7 +6,7 @@ flagged as reviewer is tested in test_review.py). The assist endpoints are calle
 they refuse (400) once the caller is let in: the matrix checks who is let in, not GrabCut."""
 
 from datasets.models import Image, LabelStatus
-from tests.test_authz_matrix import ApiRow, Row, _ws
+from tests.authz import ApiRow, Row, _ws
 
 _DS = {"pk": "@dataset"}
 _IMAGE = {"image_id": "@image"}

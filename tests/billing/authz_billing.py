@@ -3,7 +3,7 @@
 Without Stripe keys (as in tests) starting a top-up returns to the billing page with the reason;
 the webhook is signature-only (TOKEN_ROUTES; tests/billing/test_stripe.py)."""
 
-from tests.test_authz_matrix import ApiRow, Row, _ws
+from tests.authz import ApiRow, Row, _ws
 
 ROUTES = [
     Row("billing_topup", "post", "admin", 302, _ws(), {"credits": "25"}),

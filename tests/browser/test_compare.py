@@ -8,7 +8,7 @@ import pytest
 from django.core.cache import cache
 
 from tests.browser.helpers import log_in
-from tests.training.conftest import project  # noqa: F401 (fixture)
+from tests.training.conftest import project  # noqa: F401 (fixtures)
 from tests.training.factories import finished_job, local_gpu, small_version
 from training.models import EpochMetric, GpuType, TrainedModel
 

@@ -8,12 +8,7 @@ import re
 import pytest
 from django.core.cache import cache
 
-from tests.training.conftest import (  # noqa: F401 (fixtures)
-    Workers,
-    detect_version,
-    gpu_local,
-    project,
-)
+from tests.training.conftest import Workers, detect_version, gpu_local, project  # noqa: F401 (fixtures)
 from tests.workspaces.factories import PASSWORD
 from training.models import JobState, TrainedModel, TrainingJob
 

@@ -1,6 +1,6 @@
 """Authorisation-matrix rows for dataset pages (see tests/test_authz_matrix.py)."""
 
-from tests.test_authz_matrix import ApiRow, Row, _ws
+from tests.authz import ApiRow, Row, _ws
 
 ROUTES = [
     Row("dataset_list", "get", "viewer", 200, _ws()),

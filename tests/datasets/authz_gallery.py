@@ -5,7 +5,7 @@ The public image routes serve only public datasets: the matrix dataset is privat
 caller, members included, gets 404 there. The public case is tested in test_gallery.py.
 """
 
-from tests.test_authz_matrix import Row, _ws
+from tests.authz import Row, _ws
 
 
 def _ds(**kw):

@@ -1,6 +1,6 @@
 """Authorisation-matrix rows for the health report, statistics and the workspace's health policy."""
 
-from tests.test_authz_matrix import Row, _ws
+from tests.authz import Row, _ws
 
 ROUTES = [
     Row("dataset_health", "get", "viewer", 200, _ws(pk="@dataset")),

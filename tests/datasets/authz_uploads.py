@@ -5,7 +5,7 @@ out of range and completing finds sizes that do not add up: 400, after the role 
 checks (viewer 403, stranger 404) have passed. Every other row succeeds for real.
 """
 
-from tests.test_authz_matrix import Row, _ws
+from tests.authz import Row, _ws
 
 ROUTES = [
     Row("upload_page", "get", "editor", 200, _ws(pk="@dataset")),
@@ -38,7 +38,7 @@ def __getattr__(name: str):
     # built when it asks for them.
     if name != "API":
         raise AttributeError(name)
-    from tests.test_authz_matrix import ApiRow
+    from tests.authz import ApiRow
 
     return [
         # Without a multipart `file` the request is refused (400), after the access checks.

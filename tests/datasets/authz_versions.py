@@ -4,7 +4,7 @@
 stranger's workspace and is public.
 """
 
-from tests.test_authz_matrix import LOGIN, Row, _ws
+from tests.authz import LOGIN, Row, _ws
 
 ROUTES = [
     Row("version_list", "get", "viewer", 200, _ws(pk="@dataset")),
@@ -46,7 +46,7 @@ def __getattr__(name: str):
     # built when it asks for them.
     if name != "API":
         raise AttributeError(name)
-    from tests.test_authz_matrix import ApiRow
+    from tests.authz import ApiRow
 
     return [
         ApiRow("/api/v1/datasets/{dataset_id}/versions", "get", "viewer", "read", 200),

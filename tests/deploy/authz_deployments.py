@@ -3,7 +3,7 @@
 serves @deploy_model; the predict call is let in, then refused for having no image (400)."""
 
 from deploy.models import Deployment, DeploymentState
-from tests.test_authz_matrix import ApiRow, Row, _ws
+from tests.authz import ApiRow, Row, _ws
 from tests.training.factories import trained_model_row
 
 ROUTES = [

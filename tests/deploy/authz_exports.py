@@ -8,7 +8,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
 from deploy.models import ExportState, ModelExport
-from tests.test_authz_matrix import Row, _ws
+from tests.authz import Row, _ws
 from tests.training.factories import trained_model_row
 
 _MODEL = {"pk": "@export_model"}

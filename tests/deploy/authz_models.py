@@ -2,7 +2,7 @@
 (tests/test_authz_matrix.py). @spare_model is served by no deployment and used by no job, so
 whoever may delete it does (302 to the Models page). @public_model is public (the demo's kind)."""
 
-from tests.test_authz_matrix import Row, _ws
+from tests.authz import Row, _ws
 from tests.training.factories import trained_model_row
 
 _SPARE = {"pk": "@spare_model"}

@@ -14,12 +14,7 @@ from django.conf import settings
 from django.db import transaction
 
 from tests.servers import free_port
-from tests.training.conftest import (  # noqa: F401 - fixtures these tests share
-    Workers,
-    detect_version,
-    gpu_local,
-    project,
-)
+from tests.training.conftest import Workers, detect_version, gpu_local, project  # noqa: F401 (fixtures)
 
 
 class RedisServer:
@@ -93,8 +88,7 @@ def faulty(own_redis, settings, monkeypatch, transactional_db):
         transaction.on_commit(send)
 
     monkeypatch.setattr(jobs, "_enqueue", enqueue)
-    w = Workers()
-    w.env.update(
+    w = Workers(
         REDIS_URL=own_redis.url,
         TRAINING_REDIS_URL=own_redis.url,
         CELERY_BROKER_URL=own_redis.url,

@@ -3,9 +3,6 @@ empty), a web server killed and started again, and it says when nobody is watchi
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import time
 import urllib.request
 from datetime import timedelta
@@ -16,12 +13,11 @@ from django.conf import settings
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from tests.servers import free_port, subprocess_database_url, web_start
-from tests.training.test_engine import submit
-from tests.training.test_live import emit, parse
+from tests.servers import WebProcess, free_port
+from tests.training.helpers import emit, parse, submit
 from training.live import event_stream
 from training.models import JobState, TrainingJob
-from training.supervisor import beat_key, state_rev_key, training_redis
+from training.streams import beat_key, state_rev_key, training_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -156,30 +152,6 @@ def test_pages_are_served_while_the_cache_redis_is_away(team):
         assert client.get("/w/acme/").status_code == 200
 
 
-class Web:
-    """`python -m config.web` on a fixed port, killed and started again as a crash would."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": subprocess_database_url(),
-            "DJANGO_SETTINGS_MODULE": "config.test_settings",
-            "MEDIA_ROOT": str(settings.MEDIA_ROOT),
-            "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,
-        }
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = web_start(self.port, self.env)
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
 def read_events(url: str, cookie: str, last_id: str | None, stop) -> list[dict]:
     """Read the event stream as a browser's EventSource does, until `stop(events)`."""
     headers = {"Cookie": f"sessionid={cookie}", "Accept": "text/event-stream"}
@@ -206,7 +178,7 @@ def test_a_page_open_while_the_web_server_is_killed_catches_up_when_it_is_back(
     """Fault: the web server killed (SIGKILL) with a job page open, events arriving while it is
     down. The page's EventSource reconnects with Last-Event-ID to the restarted server and gets
     every event it missed, once, without a new snapshot."""
-    web = Web()
+    web = WebProcess()
     web.start()
     client = Client()
     client.force_login(team.viewer)

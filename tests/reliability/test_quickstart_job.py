@@ -7,13 +7,12 @@ import signal
 import pytest
 from django.db import transaction
 
-from tests.reliability.test_quickstart_runner import Runner
-from tests.reliability.test_training_faults import assert_billed_once, mid_run
+from tests.reliability.helpers import assert_billed_once, mid_run
+from tests.reliability.runner import Runner
 from tests.servers import free_port, subprocess_database_url
-from tests.training.conftest import job_reload, wait_for
-from tests.training.test_engine import submit
+from tests.training.helpers import job_reload, submit, wait_for
 from training.models import AttemptEnd, EpochMetric, JobState
-from training.supervisor import jobs_reap
+from training.reaper import jobs_reap
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,6 @@ import os
 import threading
 import time
 from collections import Counter
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,11 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from tests.reliability.conftest import log_lines_of
-from tests.training.conftest import job_reload, wait_for, wait_state
-from tests.training.test_engine import submit
-from training.metering import spent
+from tests.reliability.helpers import PRICE, assert_billed_once, mid_run
+from tests.training.helpers import job_reload, submit, wait_for, wait_state
 from training.models import AttemptEnd, EpochMetric, JobState, LogChunk, TrainingJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-PRICE = "3.600"  # 1,000 micro-credits a second
-PER_SECOND = 1000
 
 
 @pytest.fixture
@@ -100,24 +95,6 @@ def assert_whole(job: TrainingJob, epochs: int, *, attempts: int = 1) -> None:
     assert len(rows) == attempts, [(r.number, r.end_reason, r.message) for r in rows]
     assert rows[-1].end_reason == AttemptEnd.FINISHED
     assert job.dropped_events == 0
-
-
-def assert_billed_once(job: TrainingJob) -> None:
-    """The seconds charged are the attempts' lifetimes, each charged once."""
-    rows = list(job.attempt_rows.all())
-    lifetimes = sum((r.ended_at - r.started_at).total_seconds() for r in rows)
-    billed = sum(r.billed_seconds for r in rows)
-    assert abs(billed - lifetimes) < 1.0, (billed, lifetimes)
-    charged = sum(int(Decimal(str(r.billed_seconds)) * PER_SECOND) for r in rows)
-    assert abs(spent(job) - charged) <= len(rows), (spent(job), charged)
-
-
-def mid_run(job: TrainingJob, epoch: int = 2) -> TrainingJob:
-    return wait_for(
-        lambda: (j := job_reload(job)).state == JobState.RUNNING and j.epochs_done >= epoch and j,
-        timeout=240,
-        what=f"epoch {epoch}",
-    )
 
 
 def test_redis_killed_for_a_second_mid_epoch_costs_the_run_nothing(
@@ -216,9 +193,9 @@ def test_a_trainer_reporting_over_http_outlives_the_web_server_killed_mid_run(
     SIGKILL mid-run and started again 4 s later. The trainer keeps its events on its own disk
     meanwhile (before: in memory, the oldest dropped past 5,000) and sends them once the web
     answers; the run ends with every epoch once and every console line."""
-    from tests.reliability.test_live_faults import Web
+    from tests.servers import WebProcess
 
-    web = Web()
+    web = WebProcess()
     web.env.update(TRAINING_REDIS_URL=faulty.env["TRAINING_REDIS_URL"])
     web.start()
     faulty.env["TRAINING_EVENTS_URL"] = web.url

@@ -30,7 +30,7 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from tests.training.conftest import project  # noqa: F401 - the training suite's fixture
+from tests.training.conftest import project  # noqa: F401 (fixtures)
 from training.models import TrainedModel
 
 ROOT = Path(__file__).resolve().parents[2]

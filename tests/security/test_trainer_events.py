@@ -17,17 +17,12 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
-from tests.training.conftest import (  # noqa: F401 - fixtures of the training suite
-    detect_version,
-    gpu_local,
-    project,
-    wait_state,
-    workers,
-)
-from tests.training.test_engine import submit
+from tests.training.conftest import detect_version, gpu_local, project, workers  # noqa: F401 (fixtures)
+from tests.training.helpers import submit, wait_state
 from training.models import AttemptEnd, JobState, TrainedModel, TrainingAttempt, TrainingJob
 from training.providers.base import Machine
-from training.supervisor import Supervisor, lease_take, stream_key, training_redis
+from training.streams import stream_key, training_redis
+from training.supervisor import Supervisor, lease_take
 from training.trainer_events import events_token
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -4,7 +4,7 @@
 metrics, files and @model; @compare_jobs are two runs of @project to compare.
 """
 
-from tests.test_authz_matrix import Row, _ws
+from tests.authz import Row, _ws
 from tests.training.factories import finished_job, job_row, local_gpu, small_version
 from training.models import JobState
 from workspaces.models import Project
@@ -84,7 +84,7 @@ def __getattr__(name: str):
     # The matrix imports this module while defining ROUTES, before ApiRow exists.
     if name != "API":
         raise AttributeError(name)
-    from tests.test_authz_matrix import ApiRow
+    from tests.authz import ApiRow
 
     job = {"job_id": "@job"}
     return [

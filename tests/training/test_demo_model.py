@@ -21,8 +21,8 @@ from django.urls import reverse
 
 from datasets.services.demo import DEMO_WORKSPACE, TRAIN, demo_dataset_seed, demo_images
 from tests.deploy.conftest import inference_server_start
-from tests.training.conftest import wait_state
 from tests.training.factories import trained_model_row
+from tests.training.helpers import wait_state
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from training.models import JobState, TrainedModel, TrainingJob
 from training.services.demo_model import (

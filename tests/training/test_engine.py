@@ -8,7 +8,7 @@ import pytest
 from django.core.files.storage import default_storage
 
 from core.errors import ServiceError
-from tests.training.conftest import job_reload, wait_for, wait_state
+from tests.training.helpers import job_reload, submit, wait_for, wait_state
 from training.models import (
     AttemptEnd,
     EpochMetric,
@@ -17,32 +17,12 @@ from training.models import (
     TrainedModel,
     TrainingJob,
 )
+from training.reaper import jobs_reap
 from training.services.arguments import TrainParams
 from training.services.jobs import job_submit
-from training.supervisor import jobs_reap
 from workspaces.selectors import workspace_access_for_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def submit(team, project, version, gpu, **overrides) -> TrainingJob:
-    access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
-    params = TrainParams(
-        task=version.dataset.task,
-        model_family="yolo11",
-        model_size="n",
-        weights="scratch",
-        epochs=overrides.pop("epochs", 2),
-        imgsz=64,
-        batch=overrides.pop("batch", 4),
-        patience=100,
-        optimizer="auto",
-        seed=0,
-        extra_args=overrides.pop("extra_args", {"plots": False}),
-    )
-    return job_submit(
-        access=access, project=project, version=version, gpu_type_id=gpu.pk, params=params
-    )
 
 
 def test_a_job_trains_through_a_real_worker_and_makes_a_model(
@@ -222,7 +202,7 @@ def test_cancel_kills_the_trainer_at_once(team, project, detect_version, gpu_loc
 
 @pytest.mark.parametrize("task", ["segment", "classify"])
 def test_segment_and_classify_jobs_train_too(task, team, project, gpu_local, workers, tmp_path):
-    from tests.training.conftest import SHARED, single_class_copy, version_of
+    from tests.training.helpers import SHARED, single_class_copy, version_of
 
     if task == "segment":
         folder = single_class_copy(SHARED / "coco8-seg", tmp_path / "seg")

@@ -1,38 +1,17 @@
 """The job page's event stream: an async view against the real Redis and PostgreSQL."""
 
 import asyncio
-import json
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
-from tests.training.test_engine import submit
+from tests.training.helpers import emit, parse, submit
 from training.live import event_stream
 from training.models import EpochMetric, JobState, LogChunk, TrainingJob
-from training.supervisor import state_rev_key, stream_key, training_redis
+from training.streams import state_rev_key, stream_key, training_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def parse(text: str) -> list[dict]:
-    events = []
-    for block in text.strip().split("\n\n"):
-        event = {}
-        for line in block.split("\n"):
-            field, _, value = line.partition(": ")
-            if field in ("id", "event"):
-                event[field] = value
-            elif field == "data":
-                event["data"] = json.loads(value)
-        if event:
-            events.append(event)
-    return events
-
-
-def emit(job, kind, data, seq, attempt=1):
-    fields = {"j": str(job.pk), "a": str(attempt), "s": str(seq), "t": kind, "d": json.dumps(data)}
-    return training_redis().xadd(stream_key(job.pk), fields).decode()
 
 
 async def take(stream, n: int, timeout: float = 10) -> list[dict]:

@@ -10,11 +10,10 @@ from django.utils import timezone
 from billing.ledger import account_for, job_open_hold
 from billing.models import EntryKind, LedgerEntry
 from core.errors import ServiceError
-from tests.training.conftest import job_reload, wait_state
-from tests.training.test_engine import submit
+from tests.training.helpers import job_reload, submit, wait_state
 from training.metering import meter, spent
 from training.models import AttemptEnd, JobState, TrainingAttempt, TrainingJob
-from training.supervisor import jobs_reap
+from training.reaper import jobs_reap
 
 # $3.60 an hour: 1,000 micro-credits a second, 0.9 credits for the 15 minutes a job holds.
 PRICE = "3.600"

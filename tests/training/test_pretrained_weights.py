@@ -16,7 +16,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from core.errors import ServiceError
-from tests.training.conftest import job_reload
+from tests.training.helpers import job_reload
 from training.models import AttemptEnd, FailureKind, JobState, LogChunk, TrainingJob
 from training.services.arguments import TrainParams
 from training.services.jobs import job_resume, job_submit

@@ -17,12 +17,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import ServiceError
-from tests.training.conftest import job_reload
 from tests.training.factories import job_row
+from tests.training.helpers import job_reload
 from training.models import AttemptEnd, FailureKind, JobState, TrainedModel, TrainingAttempt
+from training.reaper import jobs_reap
 from training.runner import failure_kind
 from training.services.jobs import job_resume
-from training.supervisor import jobs_reap
 from workspaces.services import api_key_create
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from django.core.exceptions import PermissionDenied
 from core.errors import ServiceError
 from datasets.models import Label
 from datasets.services.versions import version_create
-from tests.training.conftest import SHARED, single_class_copy, version_of
+from tests.training.helpers import SHARED, single_class_copy, version_of
 from training.models import GpuType, JobState, TrainedModel, TrainingJob
 from training.services.arguments import TrainParams
 from training.services.jobs import (

@@ -7,8 +7,7 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from tests.training.conftest import wait_state
-from tests.training.test_engine import submit
+from tests.training.helpers import submit, wait_state
 from training.models import (
     AttemptEnd,
     EpochMetric,
@@ -17,7 +16,7 @@ from training.models import (
     TrainingAttempt,
     TrainingJob,
 )
-from training.supervisor import control_key, stream_key, training_redis
+from training.streams import control_key, stream_key, training_redis
 from training.trainer_events import events_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,7 +81,7 @@ def test_bad_bodies_and_ended_jobs_are_refused(client, running):
 def test_a_job_trains_with_its_events_over_http(
     team, project, detect_version, gpu_local, workers, live_server
 ):
-    workers.env["TRAINING_EVENTS_URL"] = live_server.url
+    workers.env_extra["TRAINING_EVENTS_URL"] = live_server.url
     job = submit(team, project, detect_version, gpu_local, epochs=2)
     with override_settings(TRAINING_EVENTS_URL=live_server.url):
         workers.start()

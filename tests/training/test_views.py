@@ -11,8 +11,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from tests.training.conftest import SHARED, version_of
 from tests.training.factories import PNG, WEIGHTS, finished_job, job_row
+from tests.training.helpers import SHARED, version_of
 from training.models import JobState, TrainingJob
 from training.views.job_page import metric_groups
 
