@@ -3,16 +3,13 @@
 import http.cookiejar
 import os
 import re
-import subprocess
-import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, subprocess_database_url
+from tests.servers import free_port, subprocess_database_url, web_start
 from tests.workspaces.factories import PASSWORD, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,35 +51,10 @@ def two_web_processes(transactional_db):
         "LOGIN_FAILED_RATE_LIMIT": "100/m/ip,5/300s/key",
     }
     ports = [free_port(), free_port()]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "config.web",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-        for port in ports
-    ]
+    procs = []
     try:
         for port in ports:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=1)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+            procs.append(web_start(port, env))
         yield ports
     finally:
         for proc in procs:
