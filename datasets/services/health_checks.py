@@ -1,45 +1,19 @@
-"""The dataset health check: problems that would spoil training, found before training starts.
+"""The dataset health checks, as pure functions of what was read: the images' rows and decoded
+bytes, the labels' rows, the classes. Each returns findings (kind, severity, message, image ids);
+datasets.services.health reads the rows, runs these and stores what they find.
 
-`health_run` reads every image's bytes again (unreadable and truncated files, perceptual hashes
-for near-duplicates and train/val leakage) and every label (shapes outside the image, tiny boxes,
-shapes that do not fit the task, class balance), then replaces the dataset's findings at once.
+The images' rows are (id, filename, split, label_count, blob id, blob sha256, stored phash,
+width, height), as datasets.services.health reads them.
 """
 
-import io
-import logging
 import math
-import os
-import time
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from django.core.files.storage import default_storage
-from django.db import transaction
-from django.db.models import Case, When
-from django.utils import timezone
 from PIL import Image as PILImage
 
-from core.leases import Lease
-from datasets.models import (
-    Blob,
-    Dataset,
-    DatasetClass,
-    HealthFinding,
-    Image,
-    Label,
-    LabelKind,
-    Severity,
-    Split,
-    Task,
-)
-from workspaces.permissions import Perm
-from workspaces.selectors import WorkspaceAccess
-
-logger = logging.getLogger(__name__)
+from datasets.models import LabelKind, Severity, Split, Task
 
 MAX_IMAGE_IDS = 1000  # per finding; the message says the total
 NEAR_DUPLICATE_DISTANCE = 4  # Hamming distance between 64-bit hashes
@@ -48,7 +22,6 @@ POINT_EPSILON = 1e-6
 TINY_BOX_PX = 2
 TINY_BOX_AREA = 0.0001  # of the image
 IMBALANCE_RATIO = 10
-DECODE_THREADS = min(8, os.cpu_count() or 1)
 
 # The one label kind that belongs to each task; anything else is drawn but not trained on.
 TASK_LABEL_KIND = {
@@ -123,32 +96,6 @@ class DecodeResult:
     blob_id: int
     phash: int | None  # unsigned; None when unreadable
     error: str = ""
-
-
-def blob_decode(*, blob_id: int, storage_key: str) -> DecodeResult:
-    """Read the stored bytes and decode every pixel; hash the picture when it decodes.
-
-    JPEGs decode at reduced scale (the whole stream is still read, so truncation is caught) and
-    straight to grey, which is what the hash needs and several times faster than full size.
-    """
-    try:
-        with default_storage.open(storage_key, "rb") as fh:
-            data = fh.read()
-    except (OSError, ValueError) as e:
-        return DecodeResult(blob_id, None, f"the stored file cannot be read ({e})")
-    except Exception as e:  # object stores raise their own kinds
-        return DecodeResult(blob_id, None, f"the stored file cannot be read ({type(e).__name__})")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", PILImage.DecompressionBombWarning)
-            with PILImage.open(io.BytesIO(data)) as img:
-                if img.format in ("JPEG", "MPO"):
-                    img.draft("L", (64, 64))
-                img.load()
-                return DecodeResult(blob_id, dhash(img))
-    except Exception as e:  # Pillow raises many kinds for broken files
-        reason = str(e) or type(e).__name__
-        return DecodeResult(blob_id, None, reason[:120])
 
 
 def near_duplicate_pairs(hashes: dict[int, int], max_distance: int) -> list[tuple[int, int]]:
@@ -303,7 +250,7 @@ def label_geometry(
     return "malformed", False
 
 
-# --- the run ----------------------------------------------------------------------------------
+# --- the checks -------------------------------------------------------------------------------
 
 
 def _kind_label(kind: str) -> str:
@@ -314,7 +261,7 @@ def _ids(ids: Iterable[int]) -> list[int]:
     return list(ids)[:MAX_IMAGE_IDS]
 
 
-def _plural(n: int, word: str, plural: str | None = None) -> str:
+def plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
@@ -334,69 +281,9 @@ def _finding(kind: str, severity: str, message: str, image_ids: Iterable[int] = 
     return {"kind": kind, "severity": severity, "message": message, "image_ids": _ids(image_ids)}
 
 
-def health_run(*, dataset: Dataset, lease: Lease | None = None) -> list[HealthFinding]:
-    """Check the dataset and replace its findings and counts. Returns the new findings.
-
-    Not one transaction as a whole: reading thousands of images takes minutes, and a
-    transaction held open that long would block writers. The replacement at the end is atomic.
-    Under a health run's `lease` (health_runs), the findings are replaced only while the lease
-    is still this worker's: LeaseLost otherwise, and a newer run's findings stay.
-    """
-    if lease is not None:
-        lease.renew()  # one given up on stops before reading every image again
-    started = time.monotonic()
-    findings = _health_check(dataset)
-    created = _findings_replace(dataset=dataset, findings=findings, lease=lease)
-    logger.info(
-        "health check of dataset %s: %d findings in %.1f s",
-        dataset.pk,
-        len(created),
-        time.monotonic() - started,
-    )
-    return created
-
-
-def _health_check(dataset: Dataset) -> list[dict]:
-    images = list(
-        Image.objects.filter(dataset=dataset).values_list(
-            "id",
-            "filename",
-            "split",
-            "label_count",
-            "blob_id",
-            "blob__sha256",
-            "blob__phash",
-            "blob__width",
-            "blob__height",
-        )
-    )
-    if not images:
-        return []
-    findings: list[dict] = []
-    findings += _check_pixels(images)
-    findings += _check_labels(dataset, images)
-    findings += _check_splits(dataset, images)
-    return findings
-
-
-def _check_pixels(images: list[tuple]) -> list[dict]:
-    """Unreadable files, then near-duplicates and train/val leakage by perceptual hash."""
-    keys = {row[4]: Blob(sha256=row[5]).storage_key for row in images}
-    with ThreadPoolExecutor(max_workers=DECODE_THREADS) as pool:
-        results = list(
-            pool.map(lambda item: blob_decode(blob_id=item[0], storage_key=item[1]), keys.items())
-        )
-    decoded = {r.blob_id: r for r in results}
-
-    stored = {row[4]: row[6] for row in images}
-    new_hashes = [
-        Blob(pk=r.blob_id, phash=hash_to_db(r.phash))
-        for r in results
-        if r.phash is not None and stored.get(r.blob_id) != hash_to_db(r.phash)
-    ]
-    if new_hashes:
-        Blob.objects.bulk_update(new_hashes, ["phash"], batch_size=1000)
-
+def pixel_findings(images: list[tuple], decoded: dict[int, DecodeResult]) -> list[dict]:
+    """Unreadable files, then near-duplicates and train/val leakage by perceptual hash.
+    `decoded`: each image's blob id → what decoding its bytes gave."""
     findings = []
     broken = [(row[0], row[1], decoded[row[4]].error) for row in images if decoded[row[4]].error]
     if broken:
@@ -405,7 +292,7 @@ def _check_pixels(images: list[tuple]) -> list[dict]:
             _finding(
                 Kind.UNREADABLE,
                 Severity.ERROR,
-                f"{_plural(len(broken), 'image')} cannot be decoded (missing, truncated or "
+                f"{plural(len(broken), 'image')} cannot be decoded (missing, truncated or "
                 f"corrupt) and will be skipped by training{_shown(len(broken))}. {examples}",
                 (image_id for image_id, _, _ in broken),
             )
@@ -427,8 +314,8 @@ def _check_pixels(images: list[tuple]) -> list[dict]:
             _finding(
                 Kind.LEAKAGE,
                 Severity.ERROR,
-                f"Leakage: train and val/test share {_plural(len(leaked), 'picture')} "
-                f"({_plural(len(ids), 'image')} that are the same or nearly the same picture), "
+                f"Leakage: train and val/test share {plural(len(leaked), 'picture')} "
+                f"({plural(len(ids), 'image')} that are the same or nearly the same picture), "
                 f"so validation scores will look better than the model is{_shown(len(ids))}.",
                 ids,
             )
@@ -439,7 +326,7 @@ def _check_pixels(images: list[tuple]) -> list[dict]:
             _finding(
                 Kind.NEAR_DUPLICATE,
                 Severity.WARNING,
-                f"Near-duplicates: {_plural(len(ids), 'image')} in {_plural(len(near), 'group')} "
+                f"Near-duplicates: {plural(len(ids), 'image')} in {plural(len(near), 'group')} "
                 f"look the same as another image in the same split; copies add little but "
                 f"weight{_shown(len(ids))}.",
                 ids,
@@ -448,19 +335,24 @@ def _check_pixels(images: list[tuple]) -> list[dict]:
     return findings
 
 
-def _check_labels(dataset: Dataset, images: list[tuple]) -> list[dict]:
+def label_findings(
+    *,
+    task: str,
+    keypoint_shape,
+    images: list[tuple],
+    labels: Iterable[tuple],
+    classes: list[tuple[int, str]],
+) -> list[dict]:
+    """Labels outside the image, malformed, of a kind the task does not train on, tiny; classes
+    empty or rare; images without labels. `labels`: (image id, class id, kind, data) rows;
+    `classes`: (id, name) of every class."""
     size = {row[0]: (row[7], row[8]) for row in images}
-    expected_kind = TASK_LABEL_KIND.get(dataset.task)
+    expected_kind = TASK_LABEL_KIND.get(task)
     dims = None
-    if isinstance(dataset.keypoint_shape, list) and len(dataset.keypoint_shape) == 2:
-        dims = dataset.keypoint_shape[1]
+    if isinstance(keypoint_shape, list) and len(keypoint_shape) == 2:
+        dims = keypoint_shape[1]
     p = LabelProblems()
-    rows = (
-        Label.objects.filter(image__dataset=dataset)
-        .values_list("image_id", "dataset_class_id", "kind", "data")
-        .iterator(chunk_size=5000)
-    )
-    for image_id, class_id, kind, data in rows:
+    for image_id, class_id, kind, data in labels:
         p.per_class[class_id] += 1
         p.class_images[class_id].add(image_id)
         if kind != expected_kind:
@@ -484,8 +376,8 @@ def _check_labels(dataset: Dataset, images: list[tuple]) -> list[dict]:
             _finding(
                 Kind.LABEL_OUTSIDE,
                 Severity.ERROR,
-                f"Labels outside the image: {_plural(n, 'label')} on "
-                f"{_plural(len(p.outside), 'image')} (a coordinate below 0 or above 1, or an "
+                f"Labels outside the image: {plural(n, 'label')} on "
+                f"{plural(len(p.outside), 'image')} (a coordinate below 0 or above 1, or an "
                 f"edge more than {EDGE_TOLERANCE:.0%} past the border){_shown(len(p.outside))}.",
                 sorted(p.outside),
             )
@@ -496,7 +388,7 @@ def _check_labels(dataset: Dataset, images: list[tuple]) -> list[dict]:
             _finding(
                 Kind.LABEL_MALFORMED,
                 Severity.ERROR,
-                f"Malformed labels: {_plural(n, 'label')} on {_plural(len(p.malformed), 'image')} "
+                f"Malformed labels: {plural(n, 'label')} on {plural(len(p.malformed), 'image')} "
                 f"(wrong number of coordinates, zero size, or not numbers)"
                 f"{_shown(len(p.malformed))}.",
                 sorted(p.malformed),
@@ -508,9 +400,9 @@ def _check_labels(dataset: Dataset, images: list[tuple]) -> list[dict]:
             _finding(
                 Kind.LABEL_KIND,
                 Severity.WARNING,
-                f"Labels a {Task(dataset.task).label.lower()} model does not train on: "
+                f"Labels a {Task(task).label.lower()} model does not train on: "
                 f"{kinds} (expected {_kind_label(expected_kind)} labels), on "
-                f"{_plural(len(p.wrong_kind_images), 'image')}{_shown(len(p.wrong_kind_images))}.",
+                f"{plural(len(p.wrong_kind_images), 'image')}{_shown(len(p.wrong_kind_images))}.",
                 sorted(p.wrong_kind_images),
             )
         )
@@ -520,14 +412,14 @@ def _check_labels(dataset: Dataset, images: list[tuple]) -> list[dict]:
             _finding(
                 Kind.TINY_BOX,
                 Severity.WARNING,
-                f"Tiny boxes: {_plural(n, 'label')} on {_plural(len(p.tiny), 'image')} under "
+                f"Tiny boxes: {plural(n, 'label')} on {plural(len(p.tiny), 'image')} under "
                 f"{TINY_BOX_PX} px wide or high, or under {TINY_BOX_AREA:.2%} of the image; "
                 f"often a stray click{_shown(len(p.tiny))}.",
                 sorted(p.tiny),
             )
         )
-    findings += _check_classes(dataset, p)
-    if dataset.task != Task.CLASSIFY:
+    findings += _class_findings(classes, p)
+    if task != Task.CLASSIFY:
         unlabelled = [row[0] for row in images if row[3] == 0]
         if unlabelled:
             findings.append(
@@ -543,8 +435,7 @@ def _check_labels(dataset: Dataset, images: list[tuple]) -> list[dict]:
     return findings
 
 
-def _check_classes(dataset: Dataset, p: LabelProblems) -> list[dict]:
-    classes = list(DatasetClass.objects.filter(dataset=dataset).values_list("id", "name"))
+def _class_findings(classes: list[tuple[int, str]], p: LabelProblems) -> list[dict]:
     if not classes:
         return []
     findings = []
@@ -581,7 +472,8 @@ def _check_classes(dataset: Dataset, p: LabelProblems) -> list[dict]:
     return findings
 
 
-def _check_splits(dataset: Dataset, images: list[tuple]) -> list[dict]:
+def split_findings(images: list[tuple]) -> list[dict]:
+    """No image in val."""
     if any(row[2] == Split.VAL for row in images):
         return []
     return [
@@ -592,101 +484,3 @@ def _check_splits(dataset: Dataset, images: list[tuple]) -> list[dict]:
             "some (10–20 %) to val.",
         )
     ]
-
-
-@transaction.atomic
-def _findings_replace(
-    *, dataset: Dataset, findings: list[dict], lease: Lease | None = None
-) -> list[HealthFinding]:
-    if lease is not None:
-        lease.fence()
-    locked = Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
-    if locked is None:  # deleted while we were reading
-        return []
-    HealthFinding.objects.filter(dataset=locked).delete()
-    created = HealthFinding.objects.bulk_create(
-        HealthFinding(dataset=locked, **finding) for finding in findings
-    )
-    counts = Counter(f["severity"] for f in findings)
-    now = timezone.now()
-    Dataset.objects.filter(pk=locked.pk).update(
-        health_errors=counts[Severity.ERROR],
-        health_warnings=counts[Severity.WARNING],
-        health_checked_at=now,
-    )
-    dataset.health_errors = counts[Severity.ERROR]
-    dataset.health_warnings = counts[Severity.WARNING]
-    dataset.health_checked_at = now
-    return created
-
-
-# --- reads, and what training makes of the result (runs: datasets.services.health_runs) ------
-
-
-def health_finding_list(*, dataset: Dataset):
-    """The dataset's findings, errors first (the order the report shows them in)."""
-    order = Case(
-        When(severity=Severity.ERROR, then=0),
-        When(severity=Severity.WARNING, then=1),
-        default=2,
-    )
-    return HealthFinding.objects.filter(dataset=dataset).order_by(order, "kind", "id")
-
-
-def health_findings_with_previews(
-    *, dataset: Dataset, per_finding: int = 6
-) -> tuple[list[HealthFinding], list[int]]:
-    """The findings, most serious first, each with `.previews`: up to `per_finding` of its
-    images that still exist, as (id, filename); and the ids of those images' blobs that have
-    no thumbnail yet. Two queries however many findings."""
-    rank = {kind: i for i, kind in enumerate(KIND_ORDER)}
-    findings = sorted(
-        health_finding_list(dataset=dataset),
-        key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), rank.get(f.kind, 99), f.pk),
-    )
-    wanted = {i for f in findings for i in f.image_ids[:per_finding] if isinstance(i, int)}
-    rows = (
-        Image.objects.filter(dataset=dataset, pk__in=wanted).values_list(
-            "pk", "filename", "blob_id", "blob__has_thumbnail"
-        )
-        if wanted
-        else []
-    )
-    names, no_thumbnail = {}, []
-    for pk, filename, blob_id, has_thumbnail in rows:
-        names[pk] = filename
-        if not has_thumbnail:
-            no_thumbnail.append(blob_id)
-    for finding in findings:
-        finding.previews = [(i, names[i]) for i in finding.image_ids[:per_finding] if i in names]
-    return findings, no_thumbnail
-
-
-def dataset_training_blocked_reason(*, dataset: Dataset) -> str | None:
-    """Why training on this dataset is refused under the workspace's policy, or None."""
-    if not dataset.workspace.block_training_on_dataset_errors:
-        return None
-    if dataset.health_checked_at is None:
-        return (
-            f"The health check has not run on “{dataset.name}” yet, and this workspace blocks "
-            f"training on datasets with errors. Run it from the dataset's Health page."
-        )
-    if dataset.health_errors:
-        return (
-            f"The health check found {_plural(dataset.health_errors, 'error')} in "
-            f"“{dataset.name}” (checked {_when(dataset.health_checked_at)}), and this workspace "
-            f"blocks training on datasets with errors. Fix them and run the check again."
-        )
-    return None
-
-
-def _when(at: datetime) -> str:
-    return timezone.localtime(at).strftime("%Y-%m-%d %H:%M %Z")
-
-
-@transaction.atomic
-def workspace_health_policy_set(*, access: WorkspaceAccess, block_training: bool) -> None:
-    access.require(Perm.MANAGE_WORKSPACE)
-    workspace = access.workspace
-    workspace.block_training_on_dataset_errors = block_training
-    workspace.save(update_fields=["block_training_on_dataset_errors"])

@@ -18,14 +18,8 @@ from PIL import Image as PILImage
 from PIL import ImageEnhance
 
 from datasets.models import Blob, Dataset, HealthFinding, HealthRun, Image, Label
-from datasets.services.health import (
-    MAX_IMAGE_IDS,
-    Kind,
-    dataset_training_blocked_reason,
-    dhash,
-    health_run,
-    near_duplicate_pairs,
-)
+from datasets.services.health import dataset_training_blocked_reason, health_run
+from datasets.services.health_checks import MAX_IMAGE_IDS, Kind, dhash, near_duplicate_pairs
 from datasets.tasks import health_run_task
 from tests.datasets.factories import (
     DatasetClassFactory,
