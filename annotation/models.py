@@ -6,6 +6,7 @@ filters by them); annotation owns how they change (annotation.services)."""
 from django.conf import settings
 from django.db import models
 
+from core.models import LongJobRow
 from datasets.models import Dataset, DatasetClass, Image, LabelKind
 from training.models import TrainedModel
 from workspaces.models import Workspace, WorkspaceOwnedQuerySet
@@ -43,8 +44,10 @@ PRELABEL_FINAL = (PrelabelState.SUCCEEDED, PrelabelState.FAILED)
 PRELABEL_ACTIVE = (PrelabelState.QUEUED, PrelabelState.RUNNING)
 
 
-class PrelabelRun(models.Model):
+class PrelabelRun(LongJobRow):
     """A background job running one model over a dataset's images, writing suggestions."""
+
+    FINAL_STATES = PRELABEL_FINAL
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="prelabel_runs")
@@ -57,16 +60,10 @@ class PrelabelRun(models.Model):
     total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
     suggestions = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
-    # The worker running it and until when (core.leases); beat reaps it once that has passed.
-    lease_owner = models.CharField(max_length=200, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkspaceOwnedQuerySet.as_manager()
 
@@ -82,10 +79,6 @@ class PrelabelRun(models.Model):
 
     def __str__(self) -> str:
         return f"pre-label {self.dataset_id} with {self.model_id} ({self.state})"
-
-    @property
-    def is_final(self) -> bool:
-        return self.state in PRELABEL_FINAL
 
     @property
     def percent(self) -> int:

@@ -24,17 +24,6 @@ def prelabel_run(run_id: int, **kwargs) -> None:
         prelabel_execute(run, lease)
 
 
-@shared_task(name="annotation.prelabel_runs_reap", soft_time_limit=300, time_limit=360)
-def prelabel_runs_reap(**kwargs) -> int:
-    """Beat: runs whose worker died go back to the queue, or fail after too many attempts."""
-    if kwargs:
-        logger.warning("annotation.prelabel_runs_reap: unexpected arguments %s", sorted(kwargs))
-    from annotation.prelabel import PRELABEL_JOB
-    from core.leases import leases_reap
-
-    return leases_reap(PRELABEL_JOB)
-
-
 # Model work for one request (the editor's Suggest and SAM buttons) runs in a worker too, so
 # web processes never import torch; the request waits for the answer.
 

@@ -274,14 +274,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "datasets.uploads_expire_stale",
         "schedule": crontab(minute=23),
     },
-    # Reapers: every long job's row holds a lease its worker renews; a row whose lease ran out
-    # (its worker died) is given to another worker, or failed with a reason after
-    # LONG_JOB_MAX_ATTEMPTS (core/leases.py). Training keeps its own lease, reaped alike.
-    "imports-requeue-stale": {"task": "datasets.imports_requeue_stale", "schedule": 60.0},
-    "health-runs-reap": {"task": "datasets.health_runs_reap", "schedule": 60.0},
-    "prelabel-runs-reap": {"task": "annotation.prelabel_runs_reap", "schedule": 60.0},
-    "exports-reap": {"task": "deploy.exports_reap", "schedule": 60.0},
-    "model-inspections-reap": {"task": "deploy.model_inspections_reap", "schedule": 60.0},
+    # The reaper: every long job's row holds a lease its worker renews; a row whose lease ran
+    # out (its worker died) is given to another worker, or failed with a reason after
+    # LONG_JOB_MAX_ATTEMPTS, for every kind the apps registered (core/leases.py). Training
+    # keeps its own lease, reaped alike.
+    "long-jobs-reap": {"task": "core.long_jobs_reap", "schedule": 60.0},
     "training-jobs-reap": {"task": "training.jobs_reap", "schedule": 60.0},
     "blobs-collect-garbage": {
         "task": "datasets.blobs_collect_garbage",

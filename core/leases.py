@@ -13,7 +13,10 @@ The row owns the job's state, not the broker's message (Read the Docs' builds wo
   and its task is sent again, or, after `LONG_JOB_MAX_ATTEMPTS` attempts, fails with a reason the
   page shows. A queued row whose message was lost is sent again.
 
-Training jobs keep their own lease (training.supervisor) under the same rules.
+The rows share their fields (core.models.LongJobRow). Each app registers its kinds
+(`long_job_register`, from its AppConfig.ready) and one beat task reaps them all
+(`long_jobs_reap`); a kind with a lease of its own (training's jobs) registers the function that
+reaps it.
 """
 
 import logging
@@ -30,6 +33,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +74,7 @@ class LongJob:
     running: str  # may equal `queued` (an inspection stays "pending"): the owner tells them apart
     failed: str
     send: Callable[[models.Model], None]  # puts the row's task on the queue
-    state_field: str = "state"
+    state_field: str = ""  # empty: the model's STATE_FIELD (core.models.LongJobRow)
     owner_field: str = "lease_owner"
     until_field: str = "lease_until"
     attempts_field: str = "attempts"
@@ -80,6 +84,10 @@ class LongJob:
     gave_up_note: str = ""  # appended to the reason, e.g. "Nothing was imported."
     resumable: Callable[[models.Model], bool] | None = None  # False: fail it at once
     gave_up: Callable[[models.Model], None] | None = None  # after commit, once failed
+
+    def __post_init__(self) -> None:
+        if not self.state_field:
+            object.__setattr__(self, "state_field", getattr(self.model, "STATE_FIELD", "state"))
 
     @property
     def rows(self) -> models.QuerySet:
@@ -235,4 +243,33 @@ def leases_reap(job: LongJob) -> int:
         if claimed:  # one reaper of several sends it
             job.send(row)
             touched += 1
+    return touched
+
+
+# The kinds beat reaps, by dotted path: a LongJob, or a function of no arguments that reaps a
+# kind its own way and returns how many rows it touched. Paths, so that registering (at start-up,
+# in every process) imports no job's module: only the reaper does.
+_KINDS: list[str] = []
+
+
+def long_job_register(path: str) -> None:
+    """Have beat reap the kind at `path` (called from the owning app's AppConfig.ready)."""
+    if path not in _KINDS:
+        _KINDS.append(path)
+
+
+def long_job_kinds() -> list[str]:
+    return list(_KINDS)
+
+
+def long_jobs_reap() -> dict[str, int]:
+    """Reap every registered kind (what beat runs every minute): rows touched, per kind. A kind
+    that fails is logged and the others are still reaped."""
+    touched: dict[str, int] = {}
+    for path in _KINDS:
+        try:
+            kind = import_string(path)
+            touched[path] = leases_reap(kind) if isinstance(kind, LongJob) else kind()
+        except Exception:
+            logger.exception("reaping %s failed", path)
     return touched

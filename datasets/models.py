@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
 
+from core.models import LongJobRow
 from workspaces.models import Workspace, WorkspaceOwnedQuerySet
 
 
@@ -203,8 +204,11 @@ class ImportStatus(models.TextChoices):
 IMPORT_FINAL_STATES = (ImportStatus.SUCCEEDED, ImportStatus.FAILED)
 
 
-class Import(models.Model):
+class Import(LongJobRow):
     """One upload and its import into a dataset: progress, outcome and the report."""
+
+    STATE_FIELD = "status"
+    FINAL_STATES = IMPORT_FINAL_STATES
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="imports")
     status = models.CharField(
@@ -218,30 +222,20 @@ class Import(models.Model):
     received_size = models.PositiveBigIntegerField(default=0)
     chunk_count = models.PositiveIntegerField(default=0)
     format = models.CharField(max_length=32, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    # The worker importing it and until when (core.leases); beat reaps it once that has passed.
-    lease_owner = models.CharField(max_length=200, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     report = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.filename} → {self.dataset} ({self.status})"
-
-    @property
-    def is_final(self) -> bool:
-        return self.status in IMPORT_FINAL_STATES
 
     @property
     def upload_prefix(self) -> str:
@@ -329,9 +323,11 @@ HEALTH_RUN_FINAL = (HealthRunState.SUCCEEDED, HealthRunState.FAILED)
 HEALTH_RUN_ACTIVE = (HealthRunState.QUEUED, HealthRunState.RUNNING)
 
 
-class HealthRun(models.Model):
+class HealthRun(LongJobRow):
     """One health check of a dataset by a worker. What it found is the dataset's findings;
     this row is whether a check is queued or running, and why the last one failed."""
+
+    FINAL_STATES = HEALTH_RUN_FINAL
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="health_runs")
     state = models.CharField(
@@ -340,17 +336,11 @@ class HealthRun(models.Model):
     rerun_requested = models.BooleanField(
         default=False, help_text="The dataset changed while it ran: check again once done."
     )
-    # The worker running it and until when (core.leases); beat reaps it once that has passed.
-    lease_owner = models.CharField(max_length=200, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    error = models.TextField(blank=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -364,7 +354,3 @@ class HealthRun(models.Model):
 
     def __str__(self) -> str:
         return f"health check of {self.dataset_id} ({self.state})"
-
-    @property
-    def is_final(self) -> bool:
-        return self.state in HEALTH_RUN_FINAL

@@ -39,14 +39,6 @@ def health_run_task(dataset_id: int, **kwargs) -> None:
     health_run_execute(dataset_id=dataset_id)
 
 
-@shared_task(name="datasets.health_runs_reap", soft_time_limit=300, time_limit=360)
-def health_runs_reap_task(**kwargs) -> int:
-    _log_unexpected("datasets.health_runs_reap", kwargs)
-    from datasets.services.health_runs import health_runs_reap
-
-    return health_runs_reap()
-
-
 @shared_task(
     name="datasets.blobs_collect_garbage", acks_late=True, soft_time_limit=1800, time_limit=1900
 )
@@ -55,16 +47,6 @@ def blobs_collect_garbage_task(**kwargs) -> int:
     from datasets.services.datasets import blobs_collect_garbage
 
     return blobs_collect_garbage()
-
-
-@shared_task(
-    name="datasets.imports_requeue_stale", acks_late=True, soft_time_limit=300, time_limit=360
-)
-def imports_requeue_stale_task(**kwargs) -> int:
-    _log_unexpected("datasets.imports_requeue_stale", kwargs)
-    from datasets.services.ingest import imports_requeue_stale
-
-    return imports_requeue_stale()
 
 
 @shared_task(

@@ -5,3 +5,9 @@ class DeployConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "deploy"
     verbose_name = "Deploy"
+
+    def ready(self) -> None:
+        from core.leases import long_job_register
+
+        long_job_register("deploy.exports.EXPORT_JOB")
+        long_job_register("deploy.inspect.INSPECT_JOB")

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from core.errors import ServiceError
-from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap, queued_until
+from core.leases import Lease, LeaseLost, LongJob, lease_take, queued_until
 from core.tasks import task_send, task_send_on_commit
 from core.storage import storage_delete, storage_put_file
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
@@ -148,14 +148,6 @@ def export_run_once(export_id: int) -> None:
     export = ModelExport.objects.select_related("model").filter(pk=export_id).first()
     if export is not None:
         export_execute(export, lease)
-
-
-@shared_task(name="deploy.exports_reap", soft_time_limit=300, time_limit=360)
-def exports_reap(**kwargs) -> int:
-    """Beat: exports whose worker died go back to the queue, or fail after too many attempts."""
-    if kwargs:
-        logger.warning("deploy.exports_reap: unexpected arguments %s", sorted(kwargs))
-    return leases_reap(EXPORT_JOB)
 
 
 def _zip_folder(folder: Path, target: Path) -> Path:

@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.db import transaction
 
-from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap
+from core.leases import Lease, LeaseLost, LongJob, lease_take
 from datasets.models import Task
 from deploy.export_process import INSPECT_TIMEOUT_SECONDS, WorkerAnswer, worker_run
 from training.models import InspectState, TrainedModel
@@ -72,14 +72,6 @@ def model_inspect(model_id: int, **kwargs) -> None:
                     "deploy.model_inspect %s failed: %s\n%s", model_id, answer.error, answer.log
                 )
     model_inspect_record(lease=lease, weights_sha256=model.weights_sha256, answer=answer)
-
-
-@shared_task(name="deploy.model_inspections_reap", soft_time_limit=300, time_limit=360)
-def model_inspections_reap(**kwargs) -> int:
-    """Beat: inspections whose worker died run again, or fail after too many attempts."""
-    if kwargs:
-        logger.warning("deploy.model_inspections_reap: unexpected arguments %s", sorted(kwargs))
-    return leases_reap(INSPECT_JOB)
 
 
 @transaction.atomic

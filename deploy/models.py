@@ -6,6 +6,7 @@ that workspace that has the predict scope."""
 from django.conf import settings
 from django.db import models
 
+from core.models import LongJobRow
 from training.models import TrainedModel
 from workspaces.models import ApiKey, Workspace, WorkspaceOwnedQuerySet
 
@@ -64,8 +65,10 @@ EXPORT_FINAL = (ExportState.SUCCEEDED, ExportState.FAILED)
 EXPORT_ACTIVE = (ExportState.QUEUED, ExportState.RUNNING)
 
 
-class ModelExport(models.Model):
+class ModelExport(LongJobRow):
     """One model converted to one format by a background job; the file lands in storage."""
+
+    FINAL_STATES = EXPORT_FINAL
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
     model = models.ForeignKey(TrainedModel, on_delete=models.CASCADE, related_name="exports")
@@ -74,17 +77,11 @@ class ModelExport(models.Model):
     progress = models.PositiveSmallIntegerField(default=0, help_text="0-100")
     file_key = models.CharField(max_length=300, blank=True)
     file_size = models.PositiveBigIntegerField(default=0)
-    error = models.TextField(blank=True)
     log = models.TextField(blank=True)
-    # The worker running it and until when (core.leases); beat reaps it once that has passed.
-    lease_owner = models.CharField(max_length=200, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkspaceOwnedQuerySet.as_manager()
 
@@ -100,10 +97,6 @@ class ModelExport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_id} → {self.format} ({self.state})"
-
-    @property
-    def is_final(self) -> bool:
-        return self.state in EXPORT_FINAL
 
 
 class UsageDay(models.Model):

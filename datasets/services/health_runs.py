@@ -7,7 +7,7 @@ import logging
 
 from django.db import IntegrityError, transaction
 
-from core.leases import LeaseLost, LongJob, lease_take, leases_reap, queued_until
+from core.leases import LeaseLost, LongJob, lease_take, queued_until
 from datasets.models import Dataset, HealthRun, HealthRunState
 from datasets.services.health import health_run
 from workspaces.permissions import Perm
@@ -103,7 +103,3 @@ def health_run_execute(*, dataset_id: int) -> HealthRun | None:
         logger.exception("health check %s failed", pk)
         lease.finish(HealthRunState.FAILED, error=f"The health check failed ({type(e).__name__}).")
     return HealthRun.objects.filter(pk=pk).first()
-
-
-def health_runs_reap() -> int:
-    return leases_reap(HEALTH_JOB)

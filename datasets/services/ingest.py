@@ -20,7 +20,8 @@ from django.core.cache import cache
 from django.core.files.storage import default_storage
 from django.db import transaction
 
-from core.leases import Lease, LeaseLost, LongJob, lease_take, leases_reap
+from core.leases import Lease, LeaseLost, LongJob, lease_take
+from core.storage import storage_put
 from datasets.models import (
     Blob,
     Dataset,
@@ -51,7 +52,6 @@ from datasets.services.formats import (
     detect_and_parse,
 )
 from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
-from core.storage import storage_put
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -474,12 +474,6 @@ def import_execute(imp: Import, lease: Lease) -> Import:
     return imp
 
 
-def imports_requeue_stale() -> int:
-    """Imports whose worker died run again from their chunks (their rows were never committed:
-    the outcome commits with them), at most LONG_JOB_MAX_ATTEMPTS times."""
-    return leases_reap(IMPORT_JOB)
-
-
 def _send(imp: Import) -> None:
     from datasets.tasks import import_run_task
 
@@ -499,6 +493,8 @@ def _delete_chunks(imp: Import) -> None:
     upload_chunks_delete(imp=imp)
 
 
+# An import whose worker died runs again from its chunks: its rows were never committed (the
+# outcome commits with them).
 IMPORT_JOB = LongJob(
     label="import",
     model=Import,
@@ -506,7 +502,6 @@ IMPORT_JOB = LongJob(
     running=ImportStatus.RUNNING,
     failed=ImportStatus.FAILED,
     send=_send,
-    state_field="status",
     started_field="started_at",
     gave_up_note="Nothing was imported.",
     resumable=_has_chunks,

@@ -253,8 +253,9 @@ def test_an_import_whose_worker_died_is_requeued_then_given_up(team, settings):
     from django.core.files.base import ContentFile
     from django.utils import timezone
 
+    from core.leases import leases_reap
     from datasets.models import Import, UploadChunk
-    from datasets.services.ingest import imports_requeue_stale
+    from datasets.services.ingest import IMPORT_JOB
 
     dataset = dataset_create(access=team.access("editor"), name="Stale")
     past, future = timezone.now() - timedelta(minutes=5), timezone.now() + timedelta(minutes=1)
@@ -272,7 +273,7 @@ def test_an_import_whose_worker_died_is_requeued_then_given_up(team, settings):
     )
     chunk = UploadChunk.objects.create(upload=imp, file_index=0, chunk_index=0, size=1)
     default_storage.save(chunk.storage_key, ContentFile(b"x"))
-    assert imports_requeue_stale() == 1
+    assert leases_reap(IMPORT_JOB) == 1
     imp.refresh_from_db()
     fresh.refresh_from_db()
     assert imp.status == ImportStatus.QUEUED and imp.lease_owner == ""
@@ -283,7 +284,7 @@ def test_an_import_whose_worker_died_is_requeued_then_given_up(team, settings):
         lease_owner="a worker",
         lease_until=past,
     )
-    imports_requeue_stale()
+    leases_reap(IMPORT_JOB)
     imp.refresh_from_db()
     assert imp.status == ImportStatus.FAILED and "interrupted 3 times" in imp.error
     assert "Nothing was imported" in imp.error
