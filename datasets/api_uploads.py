@@ -14,6 +14,7 @@ from core.errors import ServiceError
 from datasets import selectors
 from datasets.models import Import
 from datasets.services import uploads as services
+from datasets.services.ingest import import_progress
 from workspaces.permissions import Perm
 
 router = Router(tags=["uploads"])
@@ -78,7 +79,7 @@ def import_get(request: HttpRequest, import_id: int):
     )
     access.require(Perm.READ)
     imp = selectors.import_get(workspace=access.workspace, pk=import_id)
-    progress = services.import_progress_of(imp)
+    progress = import_progress(imp)
     return ImportOut(
         id=imp.pk,
         dataset_id=imp.dataset_id,

@@ -120,16 +120,6 @@ def export_get(*, workspace: Workspace, pk: int) -> ModelExport:
     return export
 
 
-def export_latest(*, model: TrainedModel, fmt: str = "onnx") -> ModelExport | None:
-    """The newest finished export of `model` to `fmt`; `model_local_path(model, e.file_key)`
-    is then a local copy of it (an ONNX one can be served like the .pt)."""
-    return (
-        ModelExport.objects.filter(model=model, format=fmt, state=ExportState.SUCCEEDED)
-        .exclude(file_key="")
-        .first()
-    )
-
-
 def export_filename(export: ModelExport) -> str:
     fmt = FORMATS_BY_KEY[export.format]
     stem = f"kestrel-model-{export.model_id}"

@@ -286,12 +286,6 @@ def calibration_for(gpu: GpuType) -> Calibration:
     return calibration
 
 
-def estimator_calibrate(job: TrainingJob) -> Calibration:
-    """After a job ends: recompute its machine's calibration now rather than on the next read."""
-    cache.delete(_calibration_key(job.gpu_type))
-    return calibration_for(job.gpu_type)
-
-
 # --- the estimate ------------------------------------------------------------------------------
 
 

@@ -486,10 +486,8 @@ def _has_chunks(imp: Import) -> bool:
 
 
 def _delete_chunks(imp: Import) -> None:
-    try:
-        from datasets.services.uploads import upload_chunks_delete
-    except ImportError:  # pragma: no cover - the uploads module arrives with its own change
-        return
+    from datasets.services.uploads import upload_chunks_delete
+
     upload_chunks_delete(imp=imp)
 
 

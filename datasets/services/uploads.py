@@ -391,21 +391,6 @@ def upload_list_unfinished(*, dataset: Dataset, user: User) -> QuerySet[Import]:
     ).order_by("-created_at")
 
 
-def import_progress_of(imp: Import) -> dict:
-    """{"phase", "done", "total"} of an import: the ingest's view when it has one."""
-    try:
-        from datasets.services.ingest import import_progress
-    except ImportError as e:
-        if e.name != "datasets.services.ingest":
-            raise
-        return {
-            "phase": imp.get_status_display(),
-            "done": imp.progress_done,
-            "total": imp.progress_total,
-        }
-    return import_progress(imp)
-
-
 @dataclass(frozen=True)
 class ReportView:
     """An import report, made safe to render: lists of pairs, never dict lookups in templates

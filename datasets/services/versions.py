@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.db.models import Max
 
 from core.errors import ServiceError
 from core.storage import storage_put
@@ -241,10 +240,6 @@ def version_previous(*, version: DatasetVersion) -> DatasetVersion | None:
         .order_by("-number")
         .first()
     )
-
-
-def version_last_number(*, dataset: Dataset) -> int:
-    return DatasetVersion.objects.filter(dataset=dataset).aggregate(n=Max("number"))["n"] or 0
 
 
 # --- what changed between two manifests ---------------------------------------------------------

@@ -54,10 +54,6 @@ class SplitAutoForm(forms.Form):
         return data
 
 
-class ClassNameForm(forms.Form):
-    name = forms.CharField(max_length=100)
-
-
 # --- helpers ----------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from core.http import HtmxHttpRequest
 from datasets import selectors
 from datasets.models import Import, ImportStatus
 from datasets.services import uploads as services
+from datasets.services.ingest import import_progress
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -220,7 +221,7 @@ def import_detail(
         "access": access,
         "imp": imp,
         "dataset": imp.dataset,
-        "progress": services.import_progress_of(imp),
+        "progress": import_progress(imp),
         "report": services.import_report_view(imp.report),
         "files": files[:FILES_SHOWN],
         "files_more": max(0, len(files) - FILES_SHOWN),
