@@ -7,8 +7,8 @@ from django.urls import reverse
 
 from annotation.models import PrelabelRun, Suggestion
 from datasets.models import Dataset, Image, Label, LabelStatus, Task
+from datasets.selectors.gallery import GalleryFilter, class_colour, filename_display
 from datasets.services.datasets import dataset_class_counts
-from datasets.services.gallery import GalleryFilter, class_colour, filename_display
 from training.models import TrainedModel
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess

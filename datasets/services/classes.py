@@ -11,12 +11,8 @@ from datasets.models import (
     Label,
     LabelKind,
 )
-from datasets.services.gallery import (
-    class_colour,
-    dataset_lock,
-    dataset_touch,
-    image_label_counts_refresh,
-)
+from datasets.selectors.gallery import class_colour
+from datasets.services.gallery import dataset_lock, dataset_touch, image_label_counts_refresh
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from core.files import stored_file_response
 from core.errors import ServiceError
 from datasets import selectors
+from datasets.selectors import gallery as gallery_selectors
 from datasets.models import Dataset, Image, LabelStatus, Split
 from datasets.services import classes
 from datasets.services import gallery as services
@@ -71,7 +72,7 @@ def _gallery_url(access: WorkspaceAccess, dataset: Dataset, **params) -> str:
 def _back(access: WorkspaceAccess, dataset: Dataset, back: str) -> HttpResponseRedirect:
     """Back to the gallery page a form was sent from, rebuilt from known fields only."""
     params = QueryDict(back or "")
-    flt = services.GalleryFilter.from_query(params)
+    flt = gallery_selectors.GalleryFilter.from_query(params)
     cursor = {k: _cursor(params, k) for k in ("after", "before")}
     return redirect(_gallery_url(access, dataset, **flt.params(), **cursor))
 
@@ -145,9 +146,9 @@ def _image_thumb(request, image: Image) -> HttpResponse:
 
 
 def _gallery_context(request, access: WorkspaceAccess, dataset: Dataset) -> dict:
-    flt = services.GalleryFilter.from_query(request.GET)
+    flt = gallery_selectors.GalleryFilter.from_query(request.GET)
     after, before = _cursor(request.GET, "after"), _cursor(request.GET, "before")
-    page = services.gallery_page(dataset=dataset, flt=flt, after=after, before=before)
+    page = gallery_selectors.gallery_page(dataset=dataset, flt=flt, after=after, before=before)
     missing = [image.blob_id for image in page.images if not image.blob.has_thumbnail]
     thumbnails_request(blob_ids=missing)
     cursor = {k: v for k, v in (("after", after), ("before", before)) if v is not None}
@@ -188,8 +189,8 @@ def dataset_gallery(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
 def image_detail(request, access: WorkspaceAccess, pk: int, image_pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
     image = selectors.image_get(dataset=dataset, pk=image_pk)
-    flt = services.GalleryFilter.from_query(request.GET)
-    context = services.image_detail(dataset=dataset, image=image, flt=flt)
+    flt = gallery_selectors.GalleryFilter.from_query(request.GET)
+    context = gallery_selectors.image_detail(dataset=dataset, image=image, flt=flt)
     return render(
         request,
         "datasets/image_detail.html",
@@ -256,7 +257,7 @@ def images_bulk(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
             if not chosen:
                 raise ServiceError("Tick at least one image.")
             for image in chosen:
-                image.display_name = services.filename_display(image.filename)
+                image.display_name = gallery_selectors.filename_display(image.filename)
             return render(
                 request,
                 "datasets/gallery.html",
@@ -302,7 +303,7 @@ def _classes_page(request, access, dataset, **extra) -> HttpResponse:
             "dataset": dataset,
             "classes": classes.class_list_with_counts(dataset=dataset),
             "can_write": access.can(Perm.WRITE),
-            "palette": services.PALETTE,
+            "palette": gallery_selectors.PALETTE,
             **extra,
         },
     )

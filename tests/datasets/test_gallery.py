@@ -12,6 +12,7 @@ from django.urls import reverse
 from PIL import Image as PILImage
 
 from datasets.models import DatasetClass, HealthFinding, Image, Label, LabelKind
+from datasets.selectors import gallery as gallery_selectors
 from datasets.services import gallery as services
 from datasets.services.thumbnails import thumbnails_make
 from tests.datasets.factories import (
@@ -212,7 +213,10 @@ def test_overlays_draw_each_label_kind_in_its_class_colour(client, team, ds):
     )
     assert 'points="0.1,0.1 0.3,0.1 0.2,0.3"' in svg
     assert 'd="M0.45 0.45h0"' in svg  # the one visible keypoint
-    assert f'stroke="{services.PALETTE[0]}"' in svg and f'stroke="{services.PALETTE[1]}"' in svg
+    assert (
+        f'stroke="{gallery_selectors.PALETTE[0]}"' in svg
+        and f'stroke="{gallery_selectors.PALETTE[1]}"' in svg
+    )
     assert "<title>cat</title>" in svg
     assert svg.count("<g ") == 3
 

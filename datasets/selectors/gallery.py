@@ -1,0 +1,365 @@
+"""The gallery's reads: filtered keyset pages of images with their label overlays, one image's
+details, and how names and classes are shown (the writes: datasets.services.gallery).
+"""
+
+import math
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from django.db.models import Prefetch, QuerySet
+
+from datasets.models import (
+    Dataset,
+    DatasetClass,
+    HealthFinding,
+    Image,
+    Label,
+    LabelKind,
+    LabelStatus,
+    Split,
+)
+
+PAGE_SIZE = 60
+TILE_PX = 180  # the box a gallery thumbnail is shown in, CSS pixels
+# Stroke colours by class index: distinct on photos and on each other, light and dark.
+PALETTE = (
+    "#ff3b30 #ffcc00 #34c759 #00c7be #32ade6 #5856d6 #ff2d92 #ff9500"
+    " #a2845e #8e8e93 #30d158 #bf5af2 #64d2ff #ffd60a #ff6961 #0a84ff"
+).split()
+# Characters that change how text around them is shown (bidi overrides, zero-width, controls).
+_INVISIBLE = ("Cc", "Cf", "Zl", "Zp")
+
+
+def class_colour(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def filename_display(name: str) -> str:
+    """The uploaded name with invisible and direction-changing characters made visible, so
+    "photo\u202egpj.exe" cannot pass for something else. HTML escaping is the template's job."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch) in _INVISIBLE else ch for ch in name
+    )
+
+
+# --- filters and pages ------------------------------------------------------------------------
+
+
+def _positive_int(value) -> int | None:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if 0 < number < 2**63 else None
+
+
+@dataclass(frozen=True)
+class GalleryFilter:
+    """What the gallery shows, from its query string; unknown values are ignored."""
+
+    split: str = ""
+    class_id: int | None = None
+    labelled: str = ""  # "yes", "no" or "" for both
+    problems: bool = False
+    problem: int | None = None  # one health finding: only the images it names
+    status: str = ""  # a LabelStatus value, or "" for all
+
+    @classmethod
+    def from_query(cls, params: Mapping) -> "GalleryFilter":
+        split = params.get("split", "")
+        labelled = params.get("labelled", "")
+        return cls(
+            split=split if split in Split.values else "",
+            class_id=_positive_int(params.get("class")),
+            labelled=labelled if labelled in ("yes", "no") else "",
+            problems=params.get("problems") in ("1", "on", "yes"),
+            problem=_positive_int(params.get("problem")),
+            status=status if (status := params.get("status", "")) in LabelStatus.values else "",
+        )
+
+    def params(self) -> dict[str, str]:
+        out = {}
+        if self.split:
+            out["split"] = self.split
+        if self.class_id:
+            out["class"] = str(self.class_id)
+        if self.labelled:
+            out["labelled"] = self.labelled
+        if self.problems:
+            out["problems"] = "1"
+        if self.problem:
+            out["problem"] = str(self.problem)
+        if self.status:
+            out["status"] = self.status
+        return out
+
+    @property
+    def querystring(self) -> str:
+        return urlencode(self.params())
+
+    @property
+    def active(self) -> bool:
+        return bool(self.params())
+
+    def apply(self, queryset: QuerySet[Image], *, dataset: Dataset) -> QuerySet[Image]:
+        if self.split:
+            queryset = queryset.filter(split=self.split)
+        if self.class_id:
+            # A semi-join on the class's labels: PostgreSQL hashes that class's image ids once
+            # instead of probing labels for every image it pages or counts through.
+            queryset = queryset.filter(
+                pk__in=Label.objects.filter(dataset_class_id=self.class_id).values("image_id")
+            )
+        if self.labelled == "yes":
+            queryset = queryset.filter(label_count__gt=0)
+        elif self.labelled == "no":
+            queryset = queryset.filter(label_count=0)
+        if self.status:
+            queryset = queryset.filter(status=self.status)
+        if self.problems:
+            queryset = queryset.filter(pk__in=problem_image_ids(dataset=dataset))
+        if self.problem:
+            queryset = queryset.filter(
+                pk__in=problem_image_ids(dataset=dataset, finding_id=self.problem)
+            )
+        return queryset
+
+
+def problem_image_ids(*, dataset: Dataset, finding_id: int | None = None) -> set[int]:
+    """Images named by the last health check's findings (or by one of them)."""
+    ids: set[int] = set()
+    findings = HealthFinding.objects.filter(dataset=dataset)
+    if finding_id is not None:
+        findings = findings.filter(pk=finding_id)
+    for image_ids in findings.values_list("image_ids", flat=True):
+        ids.update(i for i in image_ids or [] if isinstance(i, int))
+    return ids
+
+
+@dataclass
+class Shape:
+    """One label as the SVG overlay draws it, in the 0..1 coordinates of the image."""
+
+    name: str
+    colour: str
+    kind: str
+    rect: tuple[str, str, str, str] | None = None  # x, y, width, height
+    points: str = ""  # polygon / oriented box: "x1,y1 x2,y2 ..."
+    dots: str = ""  # keypoints as a path of zero-length segments (drawn as round dots)
+
+
+@dataclass
+class GalleryPage:
+    images: list[Image]
+    total: int
+    has_previous: bool
+    has_next: bool
+    classes: dict[int, DatasetClass] = field(default_factory=dict)
+
+    @property
+    def first_id(self) -> int | None:
+        return self.images[0].pk if self.images else None
+
+    @property
+    def last_id(self) -> int | None:
+        return self.images[-1].pk if self.images else None
+
+
+def _num(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _fmt(number: float) -> str:
+    return f"{number:.5f}".rstrip("0").rstrip(".") or "0"
+
+
+def _numbers(data) -> list[float] | None:
+    if not isinstance(data, list):
+        return None
+    numbers = [_num(v) for v in data]
+    return None if any(n is None for n in numbers) else numbers
+
+
+def _pairs(numbers: list[float]) -> str:
+    return " ".join(
+        f"{_fmt(x)},{_fmt(y)}" for x, y in zip(numbers[::2], numbers[1::2], strict=False)
+    )
+
+
+def label_shape(
+    label: Label, dataset_class: DatasetClass | None, *, keypoint_dims: int | None = None
+) -> Shape | None:
+    """The overlay shape of a label, or None for tags and for data that is not a valid shape."""
+    name = dataset_class.name if dataset_class else "?"
+    colour = class_colour(dataset_class.index if dataset_class else 0)
+    shape = Shape(name=name, colour=colour, kind=label.kind)
+    numbers = _numbers(label.data)
+    if numbers is None:
+        return None
+    if label.kind in (LabelKind.BOX, LabelKind.KEYPOINTS):
+        if len(numbers) < 4:
+            return None
+        cx, cy, w, h = numbers[:4]
+        if w < 0 or h < 0:
+            return None
+        shape.rect = (_fmt(cx - w / 2), _fmt(cy - h / 2), _fmt(w), _fmt(h))
+        if label.kind == LabelKind.KEYPOINTS:
+            shape.dots = _keypoint_path(numbers[4:], keypoint_dims)
+        return shape
+    if label.kind in (LabelKind.POLYGON, LabelKind.OBB):
+        if len(numbers) < 6 or len(numbers) % 2:
+            return None
+        shape.points = _pairs(numbers)
+        return shape
+    return None
+
+
+def _keypoint_dims(numbers: list[float], dims: int | None) -> int:
+    """2 ([x, y] per point) or 3 ([x, y, visibility]): the dataset's keypoint shape says; else
+    guessed from the count and from visibilities being 0, 1 or 2."""
+    if dims in (2, 3):
+        return dims
+    by_three = len(numbers) % 3 == 0 and all(v in (0, 1, 2) for v in numbers[2::3])
+    return 3 if by_three and (len(numbers) % 2 or len(numbers) >= 6) else 2
+
+
+def _keypoint_path(numbers: list[float], dims: int | None) -> str:
+    dims = _keypoint_dims(numbers, dims)
+    parts = []
+    for i in range(0, len(numbers) - dims + 1, dims):
+        x, y = numbers[i], numbers[i + 1]
+        if (dims == 3 and numbers[i + 2] == 0) or (x == 0 and y == 0):
+            continue  # not labelled
+        parts.append(f"M{_fmt(x)} {_fmt(y)}h0")
+    return "".join(parts)
+
+
+def _label_prefetch() -> Prefetch:
+    return Prefetch(
+        "labels",
+        queryset=Label.objects.only("id", "image_id", "dataset_class_id", "kind", "data"),
+    )
+
+
+def _decorate(
+    images: Iterable[Image], classes: dict[int, DatasetClass], dataset: Dataset
+) -> list[Image]:
+    """Attach what templates draw: shapes, tag names and the safe name."""
+    shape = dataset.keypoint_shape
+    dims = shape[1] if isinstance(shape, list) and len(shape) == 2 else None
+    out = []
+    for image in images:
+        labels = list(image.labels.all())
+        image.shapes = [
+            s
+            for s in (
+                label_shape(lb, classes.get(lb.dataset_class_id), keypoint_dims=dims)
+                for lb in labels
+            )
+            if s is not None
+        ]
+        image.tags = [
+            classes[lb.dataset_class_id].name
+            for lb in labels
+            if lb.kind == LabelKind.TAG and lb.dataset_class_id in classes
+        ]
+        image.display_name = filename_display(image.filename)
+        image.tile_w, image.tile_h = fit(image.blob, TILE_PX)
+        out.append(image)
+    return out
+
+
+def fit(blob, box: int) -> tuple[int, int]:
+    """Width and height to show an image at inside a square box, aspect ratio kept."""
+    width, height = max(1, blob.width), max(1, blob.height)
+    scale = box / max(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def dataset_classes(*, dataset: Dataset) -> dict[int, DatasetClass]:
+    return {c.pk: c for c in DatasetClass.objects.filter(dataset=dataset).order_by("index")}
+
+
+def gallery_page(
+    *,
+    dataset: Dataset,
+    flt: GalleryFilter,
+    after: int | None = None,
+    before: int | None = None,
+    size: int = PAGE_SIZE,
+    classes: dict[int, DatasetClass] | None = None,
+) -> GalleryPage:
+    """One page of the filtered images in id order, by keyset: `after` an id (the next page) or
+    `before` one (the previous page). A fixed number of queries, whatever the page size."""
+    classes = dataset_classes(dataset=dataset) if classes is None else classes
+    matching = flt.apply(Image.objects.filter(dataset=dataset), dataset=dataset)
+    rows = matching.select_related("blob").prefetch_related(_label_prefetch())
+    if before is not None:
+        images = list(rows.filter(pk__lt=before).order_by("-pk")[: size + 1])
+        has_previous = len(images) > size
+        images = images[:size][::-1]
+        has_next = bool(images) and matching.filter(pk__gt=images[-1].pk).exists()
+    else:
+        if after is not None:
+            rows = rows.filter(pk__gt=after)
+        images = list(rows.order_by("pk")[: size + 1])
+        has_next = len(images) > size
+        images = images[:size]
+        has_previous = (
+            after is not None and bool(images) and matching.filter(pk__lt=images[0].pk).exists()
+        )
+    return GalleryPage(
+        images=_decorate(images, classes, dataset),
+        total=matching.count(),
+        has_previous=has_previous,
+        has_next=has_next,
+        classes=classes,
+    )
+
+
+def image_detail(*, dataset: Dataset, image: Image, flt: GalleryFilter) -> dict:
+    """One image with its shapes and labels, and its neighbours within the same filter."""
+    classes = dataset_classes(dataset=dataset)
+    image = (
+        Image.objects.filter(pk=image.pk)
+        .select_related("blob")
+        .prefetch_related(_label_prefetch())
+        .get()
+    )
+    _decorate([image], classes, dataset)
+    matching = flt.apply(Image.objects.filter(dataset=dataset), dataset=dataset)
+    previous = matching.filter(pk__lt=image.pk).order_by("-pk").values_list("pk", flat=True)
+    following = matching.filter(pk__gt=image.pk).order_by("pk").values_list("pk", flat=True)
+    labels = [
+        {
+            "name": classes[lb.dataset_class_id].name if lb.dataset_class_id in classes else "?",
+            "colour": class_colour(
+                classes[lb.dataset_class_id].index if lb.dataset_class_id in classes else 0
+            ),
+            "kind": lb.get_kind_display(),
+            "coords": _coords_text(lb.data),
+        }
+        for lb in image.labels.all()
+    ]
+    return {
+        "image": image,
+        "labels": labels,
+        "previous_id": previous.first(),
+        "next_id": following.first(),
+    }
+
+
+def _coords_text(data, limit: int = 16) -> str:
+    numbers = _numbers(data)
+    if numbers is None:
+        return "(not a list of numbers)"
+    text = ", ".join(f"{n:.3f}" for n in numbers[:limit])
+    if len(numbers) > limit:
+        text += f", … ({len(numbers)} numbers)"
+    return text
