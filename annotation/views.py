@@ -5,7 +5,7 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from annotation import selectors, services
@@ -133,13 +133,3 @@ def uncertain_queue(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     return _queue_start(
         access, dataset, unlabelled, "uncertain", "Every image is labelled.", request
     )
-
-
-W = "w/<slug:ws_slug>/datasets/<int:pk>/"
-urlpatterns = [
-    path(W + "images/<int:image_pk>/annotate/", image_annotate, name="image_annotate"),
-    path(W + "labelling/", dataset_labelling, name="dataset_labelling"),
-    path(W + "labelling/prelabel/", prelabel_start, name="prelabel_start"),
-    path(W + "review/", review_queue, name="review_queue"),
-    path(W + "least-confident/", uncertain_queue, name="uncertain_queue"),
-]

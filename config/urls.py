@@ -11,7 +11,7 @@ urlpatterns = [
     path("d/", endpoints.urls),
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
-    path("", include("annotation.views")),
+    path("", include("annotation.urls")),
     path("", include("deploy.urls")),
     path("", include("training.views")),
     path("", include("training.live")),
