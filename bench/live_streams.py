@@ -52,7 +52,7 @@ async def client(port: int, path: str, cookie: str, counts: list, index: int, re
 
 
 async def publish(job_id: int, seconds: float) -> int:
-    from training.supervisor import stream_key, training_redis
+    from training.streams import stream_key, training_redis
 
     redis = training_redis()
     seq, sent, start, epoch = 0, 0, time.monotonic(), 0
@@ -80,7 +80,7 @@ SLOW_EVENTS = int(os.environ.get("SLOW_EVENTS", "3000"))
 
 async def slow_consumers(port: int, path: str, cookie: str, job_id: int, proc) -> tuple:
     """Clients that open the stream and never read it: the server must not queue for them."""
-    from training.supervisor import stream_key, training_redis
+    from training.streams import stream_key, training_redis
 
     writers = []
     for _ in range(SLOW_CLIENTS):

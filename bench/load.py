@@ -379,7 +379,7 @@ async def trainer(job_id: int, seconds: float) -> None:
     """The job's events at a trainer's pace (bench.live_streams.publish), and the supervisor's
     heartbeat, so pages see a live run and no late-machine notice."""
     from bench.live_streams import publish
-    from training.supervisor import beat_key, training_redis
+    from training.streams import beat_key, training_redis
 
     redis = training_redis()
 

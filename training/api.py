@@ -6,8 +6,8 @@ from datetime import datetime
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
-from core.files import stored_file_response
 from core.errors import ServiceError
+from core.files import stored_file_response
 from datasets.models import Task
 from training import selectors
 from training.estimator import EstimateConfig, estimates_for, version_images
@@ -24,7 +24,7 @@ from training.services.arguments import (
 from training.services.jobs import job_cancel, job_resume, job_stop, job_submit
 from training.services.jobs_resume import job_resume_refusal
 from training.services.models import model_promote
-from training.supervisor import job_progress
+from training.streams import job_progress
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, project_get, workspace_access_for_object

@@ -24,7 +24,7 @@ from django.urls import path
 
 from training.models import EpochMetric, LogChunk, SystemSample, TrainingJob
 from training.selectors import job_state_dict
-from training.supervisor import beat_key, progress_key, state_rev_key, stream_id, stream_key
+from training.streams import beat_key, progress_key, state_rev_key, stream_id, stream_key
 from workspaces.selectors import workspace_access_for_user
 
 SNAPSHOT_LOG_LINES = 2000

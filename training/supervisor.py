@@ -4,7 +4,8 @@ It takes the job's lease (one holder at a time, by row lock), gets a machine fro
 provider, materialises the dataset version, starts the trainer as its own process, and then,
 until the trainer ends: reads the job's Redis stream and writes what it says to PostgreSQL
 (metrics, logs, system samples, checkpoints to storage), beats the heartbeat, and passes on
-stop and cancel. A finished job needs nothing from Redis.
+stop and cancel. A finished job needs nothing from Redis. What it keeps there is
+training.streams'; an attempt whose supervisor died is training.reaper's.
 """
 
 import json
@@ -32,7 +33,6 @@ from training import event_schema as schema
 from training.event_schema import EventRefused, event_parse
 from training.metering import meter, metered, refund_platform_failure
 from training.models import (
-    ACTIVE_STATES,
     AttemptEnd,
     EpochMetric,
     FailureKind,
@@ -64,71 +64,27 @@ from training.services.jobs import (
     QUICK_TEST_TRAIN_IMAGES,
     QUICK_TEST_VAL_IMAGES,
     job_locked,
-    job_requeue,
+    job_lost,
     job_transition,
+    lease_seconds,
 )
 from training.services.materialise import dataset_materialise
+from training.streams import (
+    PROGRESS_TTL,
+    beat_key,
+    control_key,
+    fence_key,
+    kept_key,
+    progress_key,
+    stream_id,
+    stream_key,
+    training_redis,
+)
 from training.ultralytics_env import ultralytics_env
 
 logger = logging.getLogger(__name__)
 
-PROGRESS_TTL = 3600
 SEEN_SEQS = 2000  # sequence numbers remembered to tell a resent event from an out-of-order one
-
-
-def stream_key(job_id: int) -> str:
-    return f"training:job:{job_id}:events"
-
-
-def kept_key(job_id: int) -> str:
-    """The sequence number up to which the supervisor stored the trainer's events: the trainer
-    keeps each event on its disk until then (training.runner.Spool)."""
-    return f"training:job:{job_id}:kept"
-
-
-def control_key(job_id: int) -> str:
-    return f"training:job:{job_id}:control"
-
-
-def fence_key(job_id: int) -> str:
-    return f"training:job:{job_id}:attempt"
-
-
-def state_rev_key(job_id: int) -> str:
-    """Bumped at every change of the job's state: live pages re-read the job only then."""
-    return f"training:job:{job_id}:rev"
-
-
-def beat_key(job_id: int) -> str:
-    """The supervisor's latest heartbeat (Unix time): live pages notice a late one from it."""
-    return f"training:job:{job_id}:beat"
-
-
-def progress_key(job_id: int) -> str:
-    return f"training:job:{job_id}:progress"
-
-
-def training_redis() -> redis.Redis:
-    # Timeouts: a Redis that stops answering (not only one that refuses) is noticed, and waited
-    # out by whoever called (a stream read blocks for at most a second).
-    return redis.Redis.from_url(
-        settings.TRAINING_REDIS_URL, socket_timeout=10, socket_connect_timeout=3
-    )
-
-
-def job_progress(job: TrainingJob) -> dict | None:
-    """The running job's latest batch (epoch, batch of batches, loss), or None."""
-    if job.is_final:
-        return None
-    try:
-        raw = training_redis().get(progress_key(job.pk))
-    except redis.RedisError:
-        return None
-    return json.loads(raw) if raw else None
-
-
-def lease_seconds() -> float:
-    return 3 * settings.TRAINING_HEARTBEAT_SECONDS
 
 
 def worker_name() -> str:
@@ -222,13 +178,6 @@ def db_connection_reset() -> None:
     """Drop a connection the database ended (a restart, pg_terminate_backend); the next query
     opens a new one."""
     connection.close_if_unusable_or_obsolete()
-
-
-def stream_id(entry_id: bytes | str) -> tuple[int, int]:
-    """A stream entry's id as (ms, n), to compare ids across a Redis restart."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms, _, n = text.partition("-")
-    return int(ms), int(n or 0)
 
 
 # --- one attempt --------------------------------------------------------------------------------
@@ -873,24 +822,6 @@ def _model_create(job: TrainingJob, best: BinaryIO, names: list, metrics: dict) 
     return model
 
 
-def job_lost(job: TrainingJob, message: str) -> None:
-    """A (locked) job whose attempt was lost: resume it, or fail it after too many losses."""
-    if job.cancel_requested_at:
-        job_transition(job, JobState.CANCELED)
-    elif job.lost_attempts + 1 >= settings.TRAINING_MAX_ATTEMPTS:
-        error = f"The run was lost {job.lost_attempts + 1} times; last: {message}"
-        job_transition(
-            job,
-            JobState.FAILED,
-            lost_attempts=job.lost_attempts + 1,
-            error=error,
-            failure_kind=FailureKind.LOST,
-        )
-        refund_platform_failure(job, error)
-    else:
-        job_requeue(job, lost=True, error="")
-
-
 def run_job(job_id: int) -> str:
     """The whole of one attempt; returns a line for the worker's log."""
     worker = worker_name()
@@ -930,52 +861,3 @@ def _redis_back(patience: float = 600.0) -> bool:
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
     return False
-
-
-def jobs_reap() -> int:
-    """Resume jobs whose supervisor went silent for three heartbeats (its worker died); re-send
-    queued jobs whose message was lost. Returns how many jobs it touched."""
-    now = timezone.now()
-    silent = now - timedelta(seconds=lease_seconds())
-    touched = 0
-    stale = TrainingJob.objects.filter(state__in=ACTIVE_STATES, heartbeat_at__lt=silent)
-    for job_id in stale.values_list("pk", flat=True):
-        with transaction.atomic():
-            job = job_locked(job_id)
-            if job.state not in ACTIVE_STATES or (job.heartbeat_at and job.heartbeat_at >= silent):
-                continue
-            since = job.heartbeat_at or now
-            message = (
-                f"No heartbeat from {job.lease_owner or 'its worker'} since {since:%H:%M:%S} UTC."
-            )
-            for attempt in TrainingAttempt.objects.filter(job=job, ended_at__isnull=True):
-                meter(attempt.pk, since)  # machine time up to its last sign of life
-                attempt.refresh_from_db(fields=["billed_seconds"])
-                attempt.ended_at = since
-                attempt.end_reason = AttemptEnd.LOST
-                attempt.message = message
-                attempt.save(update_fields=["ended_at", "end_reason", "message"])
-                _kill_leftover(attempt)
-            job_lost(job, message)
-            touched += 1
-    forgotten = TrainingJob.objects.filter(
-        state=JobState.QUEUED, queued_at__lt=now - timedelta(minutes=10)
-    )
-    from training.tasks import run_job as run_job_task
-
-    for job_id in forgotten.values_list("pk", flat=True):
-        # Re-sent at most every ten minutes; the lease makes a duplicate message harmless.
-        TrainingJob.objects.filter(pk=job_id, state=JobState.QUEUED).update(queued_at=now)
-        run_job_task.delay(job_id)
-        touched += 1
-    return touched
-
-
-def _kill_leftover(attempt: TrainingAttempt) -> None:
-    """A lost attempt's trainer on this machine dies with its supervisor; make sure."""
-    if attempt.pid and attempt.worker.split(":", 1)[0] == socket.gethostname():
-        from training.providers.base import Machine, TrainerHandle
-        from training.providers.local import LocalProvider
-
-        machine = Machine(provider="local", name="", device="", workdir="")
-        LocalProvider().terminate(TrainerHandle(machine=machine, pid=attempt.pid), force=True)

@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from training import supervisor
+from training import reaper, supervisor
 
 WEEK = 7 * 24 * 3600
 
@@ -14,4 +14,4 @@ def run_job(job_id: int) -> str:
 
 @shared_task(name="training.jobs_reap", acks_late=False)
 def jobs_reap() -> int:
-    return supervisor.jobs_reap()
+    return reaper.jobs_reap()

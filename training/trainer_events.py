@@ -16,7 +16,7 @@ from ninja import Router
 from training.event_schema import MAX_BODY_BYTES, EventRefused, events_body_parse
 from training.models import FINAL_STATES, TrainingAttempt, TrainingJob
 from training.runner import STREAM_MAXLEN
-from training.supervisor import control_key, stream_key, training_redis
+from training.streams import control_key, stream_key, training_redis
 
 
 def events_token(job_id: int, attempt: int) -> str:

@@ -31,7 +31,7 @@ from tests.training.factories import (
 )
 from training.models import EpochMetric, JobState, LogChunk, TrainingJob
 from training.services.jobs import job_state_bump
-from training.supervisor import stream_key, training_redis
+from training.streams import stream_key, training_redis
 from workspaces.models import Project
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -336,7 +336,7 @@ def test_the_header_says_when_nobody_is_watching_the_run(
     attempt beats; the page is never reloaded."""
     from django.conf import settings
 
-    from training.supervisor import beat_key
+    from training.streams import beat_key
 
     cache.clear()
     access = team.access("owner")

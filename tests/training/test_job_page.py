@@ -23,7 +23,7 @@ from tests.training.factories import (
     small_version,
 )
 from training.models import JobState, LogChunk, TrainingJob
-from training.supervisor import progress_key, training_redis
+from training.streams import progress_key, training_redis
 from workspaces.models import Project
 
 pytestmark = pytest.mark.django_db

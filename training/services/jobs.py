@@ -15,9 +15,16 @@ from core.errors import ServiceError
 from datasets.models import DatasetVersion, LabelKind, Task
 from datasets.services.health import dataset_training_blocked_reason
 from datasets.services.versions import version_manifest_load
-from training.metering import estimated_seconds, hold_for_start, metered, settle
+from training.metering import (
+    estimated_seconds,
+    hold_for_start,
+    metered,
+    refund_platform_failure,
+    settle,
+)
 from training.models import (
     ACTIVE_STATES,
+    FailureKind,
     JobState,
     TrainedModel,
     TrainingJob,
@@ -31,6 +38,8 @@ from training.services.arguments import (
 )
 from training.services.catalog import gpu_pick
 from training.services.jobs_resume import job_resume_refusal
+from training.services.models import model_make_current
+from training.streams import control_key, state_rev_key, training_redis
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -111,8 +120,6 @@ def job_transition(job: TrainingJob, to: str, **fields) -> None:
 def _model_release(job: TrainingJob) -> None:
     """What the job asked to become of its model once it succeeds: current in its project,
     public (TrainingJob.promote_model, publish_model)."""
-    from training.services.models import model_make_current  # it imports the supervisor
-
     model = TrainedModel.objects.filter(job=job).first()
     if model is None:
         return
@@ -125,7 +132,6 @@ def _model_release(job: TrainingJob) -> None:
 
 def job_state_bump(job_id: int) -> None:
     """Tell live pages (training.live) that the job changed, once the change is committed."""
-    from training.supervisor import state_rev_key, training_redis
 
     def bump() -> None:
         try:
@@ -358,9 +364,9 @@ def _concurrency_check(workspace) -> None:
 
 
 def _enqueue(job_id: int) -> None:
+    # robust: with the broker away the job stays queued, and the reaper sends it again.
     from training.tasks import run_job
 
-    # robust: with the broker away the job stays queued, and the reaper sends it again.
     transaction.on_commit(lambda: run_job.delay(job_id), robust=True)
 
 
@@ -388,7 +394,6 @@ def job_stop(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
 def _tell_trainer(job_id: int, word: str) -> None:
     """Pass stop or cancel on at once; the supervisor's next heartbeat does it too, should
     Redis be away right now."""
-    from training.supervisor import control_key, training_redis
 
     def send() -> None:
         try:
@@ -449,3 +454,26 @@ def job_requeue(job: TrainingJob, *, lost: bool, error: str = "") -> None:
         queued_at=timezone.now(),
     )
     _enqueue(job.pk)
+
+
+def lease_seconds() -> float:
+    """How long a job's lease lasts without a heartbeat: three beats."""
+    return 3 * settings.TRAINING_HEARTBEAT_SECONDS
+
+
+def job_lost(job: TrainingJob, message: str) -> None:
+    """A (locked) job whose attempt was lost: resume it, or fail it after too many losses."""
+    if job.cancel_requested_at:
+        job_transition(job, JobState.CANCELED)
+    elif job.lost_attempts + 1 >= settings.TRAINING_MAX_ATTEMPTS:
+        error = f"The run was lost {job.lost_attempts + 1} times; last: {message}"
+        job_transition(
+            job,
+            JobState.FAILED,
+            lost_attempts=job.lost_attempts + 1,
+            error=error,
+            failure_kind=FailureKind.LOST,
+        )
+        refund_platform_failure(job, error)
+    else:
+        job_requeue(job, lost=True, error="")

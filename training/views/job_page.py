@@ -20,7 +20,7 @@ from training.models import (
 )
 from training.services.jobs import version_unmeasured_warning
 from training.services.jobs_resume import job_resume_refusal
-from training.supervisor import job_progress
+from training.streams import job_progress
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 

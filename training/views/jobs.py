@@ -9,8 +9,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from core.files import stored_file_response
 from core.errors import ServiceError
+from core.files import stored_file_response
 from core.http import HtmxHttpRequest
 from training import selectors
 from training.models import (

@@ -6,8 +6,8 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from core.files import stored_file_response
 from core.errors import ServiceError
+from core.files import stored_file_response
 from deploy.exports import exports_panel
 from training import selectors
 from training.services.models import model_promote, model_upload
