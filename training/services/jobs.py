@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import ServiceError
+from core.tasks import task_send_on_commit
 from datasets.models import DatasetVersion, LabelKind, Task
 from datasets.services.health import dataset_training_blocked_reason
 from datasets.services.versions import version_manifest_load
@@ -365,9 +366,7 @@ def _concurrency_check(workspace) -> None:
 
 def _enqueue(job_id: int) -> None:
     # robust: with the broker away the job stays queued, and the reaper sends it again.
-    from training.tasks import run_job
-
-    transaction.on_commit(lambda: run_job.delay(job_id), robust=True)
+    task_send_on_commit("training.run_job", job_id, robust=True)
 
 
 def _require_job(access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
