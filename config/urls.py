@@ -13,8 +13,7 @@ urlpatterns = [
     path("", include("datasets.urls")),
     path("", include("annotation.urls")),
     path("", include("deploy.urls")),
-    path("", include("training.views")),
-    path("", include("training.live")),
+    path("", include("training.urls")),
     path("", include("billing.urls")),
 ]
 # No route serves MEDIA_URL, not even under DEBUG: stored files are users' data, sent only by

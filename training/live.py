@@ -20,7 +20,6 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from django.urls import path
 
 from training.models import EpochMetric, LogChunk, SystemSample, TrainingJob
 from training.selectors import job_state_dict
@@ -368,8 +367,3 @@ async def job_events(request: HttpRequest, ws_slug: str, pk: int) -> HttpRespons
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
     return response
-
-
-urlpatterns = [
-    path("w/<slug:ws_slug>/jobs/<int:pk>/events", job_events, name="job_events"),
-]
