@@ -86,7 +86,7 @@ def _setup(boxes: int):
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from billing.services import plans_seed
+    from billing.plans import plans_seed
     from datasets.models import Blob, DatasetClass, Image, Label
     from datasets.services.datasets import dataset_create
     from workspaces.models import User

@@ -37,7 +37,7 @@ def main() -> None:
     from django.urls import reverse
 
     call_command("migrate", verbosity=0)
-    from billing.services import plans_seed
+    from billing.plans import plans_seed
     from datasets.models import Blob, Dataset, DatasetClass, Image, Label
     from workspaces.models import User
     from workspaces.services import workspace_create_team

@@ -90,7 +90,7 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from billing.services import plans_seed
+    from billing.plans import plans_seed
     from datasets.models import Blob, Dataset
     from datasets.services.datasets import dataset_create
     from datasets.services.ingest import dataset_import_path

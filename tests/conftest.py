@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
-from billing.services import plans_seed
+from billing.plans import plans_seed
 from tests.workers import Workers
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from workspaces.models import Role, User, Workspace

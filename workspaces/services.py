@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
-from billing.services import plan_default
+from billing.plans import plan_default
 from core.errors import ServiceError
 from workspaces.models import (
     ApiKey,

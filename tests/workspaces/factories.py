@@ -1,7 +1,7 @@
 import factory
 from allauth.account.models import EmailAddress
 
-from billing.services import plan_default
+from billing.plans import plan_default
 from workspaces.models import Membership, Project, Role, User, Workspace
 
 PASSWORD = "correct horse battery staple"

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 
 from billing.models import Plan
-from billing.services import plan_default, plans_seed
+from billing.plans import plan_default, plans_seed
 from core.errors import ServiceError
 from training.models import GpuType
 from workspaces.models import Workspace

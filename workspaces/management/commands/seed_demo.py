@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.urls import reverse
 
-from billing.services import plans_seed
+from billing.plans import plans_seed
 from datasets.services.demo import demo_dataset_seed
 from training.services.catalog import gpu_catalog_seed
 from training.services.demo_model import demo_model_seed

@@ -1,3 +1,6 @@
+"""The plans a workspace can be on: the standard ones, seeded once (an admin edits them after),
+and the default a new workspace gets."""
+
 from django.db import transaction
 
 from billing.models import Plan
