@@ -10,7 +10,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from celery import shared_task
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
@@ -18,8 +17,8 @@ from django.http import Http404
 
 from core.errors import ServiceError
 from core.leases import Lease, LeaseLost, LongJob, lease_take, queued_until
-from core.tasks import task_send, task_send_on_commit
 from core.storage import storage_delete, storage_put_file
+from core.tasks import task_send, task_send_on_commit
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
 from deploy.export_process import LOG_TAIL_CHARS, worker_run
 from deploy.models import EXPORT_ACTIVE, ExportState, ModelExport
