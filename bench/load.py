@@ -207,14 +207,14 @@ def seed(work: Path, copies: int) -> Seeded:
 
 
 def model_inspected(model_id: int, timeout: float) -> None:
-    from training.models import TrainedModel
+    from training.models import InspectState, TrainedModel
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         model = TrainedModel.objects.get(pk=model_id)
-        if model.inspect_state == "ok":
+        if model.inspect_state == InspectState.OK:
             return
-        if model.inspect_state == "failed":
+        if model.inspect_state == InspectState.FAILED:
             raise SystemExit(f"the worker refused the model: {model.inspect_error}")
         time.sleep(0.5)
     raise SystemExit("the worker did not inspect the model in time")

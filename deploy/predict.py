@@ -20,7 +20,7 @@ from deploy.fetch import FetchRefused, fetch_image
 from deploy.inference.tokens import inference_token
 from deploy.ratelimit import rate_take
 from deploy.usage import usage_count
-from training.models import JobState, TrainedModel
+from training.models import InspectState, JobState, TrainedModel
 from training.services.models import model_local_path
 from workspaces.models import ApiKey
 from workspaces.selectors import WorkspaceAccess
@@ -136,9 +136,9 @@ def _from_url(url) -> bytes:
 def model_ready(model: TrainedModel) -> None:
     if model.job_id and model.job.state not in (JobState.SUCCEEDED, JobState.STOPPED):
         raise PredictRefused(409, f"“{model.name}” is still training; try when its run ends.")
-    if model.inspect_state == "pending":
+    if model.inspect_state == InspectState.PENDING:
         raise PredictRefused(409, f"“{model.name}” is still being checked; try in a minute.")
-    if model.inspect_state == "failed":
+    if model.inspect_state == InspectState.FAILED:
         raise PredictRefused(
             400, f"“{model.name}” could not be loaded: {model.inspect_error or 'unknown error'}"
         )

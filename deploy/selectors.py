@@ -11,7 +11,7 @@ from django.utils import timezone
 from datasets.models import Dataset, Image
 from deploy.models import Deployment, ExportState, ModelExport, UsageDay
 from training import selectors as training_selectors
-from training.models import InspectState, TrainedModel
+from training.models import TrainedModel
 from training.selectors import MAIN_METRIC
 from workspaces.models import User, Workspace
 from workspaces.permissions import Perm
@@ -116,9 +116,11 @@ def model_public_access(*, user: User, model: TrainedModel) -> WorkspaceAccess:
 
 def models_public() -> QuerySet[TrainedModel]:
     """Models anyone signed in may try, with the dataset their version was saved from."""
-    return TrainedModel.objects.filter(
-        is_public=True, inspect_state=InspectState.OK
-    ).select_related("workspace", "dataset_version__dataset")
+    return (
+        TrainedModel.objects.usable()
+        .filter(is_public=True)
+        .select_related("workspace", "dataset_version__dataset")
+    )
 
 
 def model_public_get(*, pk: int) -> TrainedModel:

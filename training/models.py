@@ -296,6 +296,13 @@ class InspectState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class TrainedModelQuerySet(WorkspaceOwnedQuerySet):
+    def usable(self) -> "TrainedModelQuerySet":
+        """Models whose weights may be used (fine-tuned from, exported, served): every trained
+        one, and uploads once a worker has inspected them."""
+        return self.filter(inspect_state=InspectState.OK)
+
+
 class TrainedModel(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="models")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="models")
@@ -339,7 +346,7 @@ class TrainedModel(models.Model):
     inspect_lease_until = models.DateTimeField(null=True, blank=True)
     inspect_attempts = models.PositiveSmallIntegerField(default=0)
 
-    objects = WorkspaceOwnedQuerySet.as_manager()
+    objects = TrainedModelQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -26,6 +26,7 @@ from training.metering import (
 from training.models import (
     ACTIVE_STATES,
     FailureKind,
+    InspectState,
     JobState,
     TrainedModel,
     TrainingJob,
@@ -307,10 +308,10 @@ def job_submit(
         if base_model is None:
             raise ServiceError("Pick the model to fine-tune.")
         _in_workspace(access, base_model, "model")
-        if base_model.inspect_state != "ok":
+        if base_model.inspect_state != InspectState.OK:
             raise ServiceError(
                 f"“{base_model.name}” is still being checked; try again in a minute."
-                if base_model.inspect_state == "pending"
+                if base_model.inspect_state == InspectState.PENDING
                 else f"“{base_model.name}” could not be loaded: {base_model.inspect_error}"
             )
         if base_model.task != params.task:

@@ -14,7 +14,7 @@ from core.errors import ServiceError
 from core.storage import storage_delete, storage_get_file, storage_local_path, storage_put_file
 from datasets.models import Task
 from datasets.services.ingest import display_name
-from training.models import TrainedModel
+from training.models import InspectState, TrainedModel
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -72,7 +72,7 @@ def model_upload(
             weights_size=upload.size,
             weights_sha256=digest.hexdigest(),
             created_by=access.user,
-            inspect_state="pending",
+            inspect_state=InspectState.PENDING,
         )
         model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
         storage_put_file(model.weights_key, Path(tmp.name))

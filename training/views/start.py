@@ -38,7 +38,7 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
     project = workspace_selectors.project_get(workspace=access.workspace, pk=pk)
     versions = selectors.trainable_versions(workspace=access.workspace)
     # Only models a worker has loaded can be fine-tuned from (uploads are checked first).
-    models = list(selectors.model_list(workspace=access.workspace).filter(inspect_state="ok"))
+    models = list(selectors.model_list(workspace=access.workspace).usable())
     machines = gpu_choices(workspace=access.workspace)
     form = TrainForm(
         request.POST or None, versions=versions, models=models, initial=_initial(versions, request)
