@@ -19,7 +19,6 @@ from core.errors import ServiceError
 from datasets import selectors as dataset_selectors
 from datasets.services.classes import dataset_class_create
 from workspaces.permissions import Perm
-from workspaces.selectors import workspace_access_for_object
 
 router = Router(tags=["labels"])
 MAX_BODY = 8 * 1024 * 1024
@@ -114,10 +113,7 @@ def _body(request: HttpRequest) -> dict:
 
 def _image(request: HttpRequest, image_id: int, perm: Perm):
     access, image = selectors.image_for_caller(
-        image_id=image_id,
-        access_for=lambda slug: workspace_access_for_object(
-            auth=request.auth, user=request.user, slug=slug, not_found="No such image."
-        ),
+        auth=request.auth, user=request.user, image_id=image_id
     )
     access.require(perm)
     return access, image

@@ -11,7 +11,7 @@ from datasets.selectors.gallery import GalleryFilter, class_colour, filename_dis
 from datasets.services.datasets import dataset_class_counts
 from training.models import TrainedModel
 from workspaces.permissions import Perm
-from workspaces.selectors import WorkspaceAccess
+from workspaces.selectors import WorkspaceAccess, row_for_caller
 
 IOU_HIDE = 0.7  # a suggestion this close to an existing label of its class is not shown
 QUEUES = ("all", "review", "uncertain")
@@ -42,15 +42,17 @@ COCO_SKELETON = [
 ]  # fmt: skip
 
 
-def image_for_caller(*, image_id: int, access_for) -> tuple[WorkspaceAccess, Image]:
-    """An image by id for an API caller: 404 unless the caller is in the image's workspace
-    (`access_for(slug)` raises Http404 for a stranger), the same 404 as for no such image."""
-    image = (
-        Image.objects.select_related("blob", "dataset", "dataset__workspace")
-        .filter(pk=image_id)
-        .first()
+def image_for_caller(*, auth, user, image_id: int) -> tuple[WorkspaceAccess, Image]:
+    """An image by id for an API caller: 404 unless the caller is in the image's workspace,
+    the same 404 as for no such image."""
+    return row_for_caller(
+        Image.objects.select_related("blob", "dataset"),
+        pk=image_id,
+        auth=auth,
+        user=user,
+        not_found="No such image.",
+        workspace="dataset__workspace",
     )
-    return access_for(image.dataset.workspace.slug if image else None), image
 
 
 def label_out(label) -> dict:

@@ -6,7 +6,7 @@ API suits scripts: `curl -F file=@birds.zip -H "Authorization: Bearer ksk_â€¦" â
 
 from datetime import datetime
 
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import File, Router, Schema, Status
 from ninja.files import UploadedFile
 
@@ -71,11 +71,8 @@ def upload_create(
 @router.get("/imports/{import_id}", response=ImportOut)
 def import_get(request: HttpRequest, import_id: int):
     """An import's status, progress, report (once it succeeded) and error (if it failed)."""
-    dataset_id = Import.objects.filter(pk=import_id).values_list("dataset_id", flat=True).first()
-    if dataset_id is None:
-        raise Http404("No such import.")
-    access, _ = selectors.dataset_access_for_caller(
-        auth=request.auth, user=request.user, pk=dataset_id
+    access, imp = selectors.import_access_for_caller(
+        auth=request.auth, user=request.user, pk=import_id
     )
     access.require(Perm.READ)
     imp = selectors.import_get(workspace=access.workspace, pk=import_id)

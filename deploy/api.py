@@ -10,22 +10,20 @@ from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer
 
-from config.errors import api_errors_install
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward
-from deploy.predict_access import KeyRefused, PresentedKey, predict_access
 from deploy.selectors import model_public_access, models_for_predict
 from training.models import TrainedModel
 from workspaces.api import session_auth
 from workspaces.permissions import Perm
-from workspaces.selectors import WorkspaceAccess, workspace_access_for_object
+from workspaces.selectors import KeyRefused, PresentedKey, WorkspaceAccess, row_for_caller
 
 router = Router(tags=["inference"])
 
 
 class PredictKeyAuth(HttpBearer):
     """Takes a token shaped like a Kestrel key and leaves its check to the call's one query
-    (deploy.predict_access); anything else falls through to the browser session."""
+    (workspaces.selectors.row_for_caller); anything else falls through to the browser session."""
 
     def authenticate(self, request: HttpRequest, token: str) -> PresentedKey | None:
         key = PresentedKey(token)
@@ -38,23 +36,23 @@ PREDICT_AUTH = [PredictKeyAuth(), session_auth]
 def _caller(
     request: HttpRequest, model_id: int, *, public: bool = False
 ) -> tuple[WorkspaceAccess, TrainedModel]:
-    """Who is calling, and the model: in one query for an API key, else the session's way.
-    `public`: a session outside the model's workspace may call it if it is public."""
-    if isinstance(request.auth, PresentedKey):
-        try:
-            return predict_access(request.auth, model_id)
-        except KeyRefused:
-            raise AuthenticationError from None
-    model = models_for_predict().filter(pk=model_id).first()
+    """Who is calling, and the model, in one query (a key checked in it, or the session's
+    membership). `public`: a session outside the model's workspace may call it if it is public."""
     try:
-        access = workspace_access_for_object(
+        access, model = row_for_caller(
+            models_for_predict(),
+            pk=model_id,
             auth=request.auth,
             user=request.user,
-            slug=model.workspace.slug if model else None,
             not_found="No such model.",
         )
+    except KeyRefused:
+        raise AuthenticationError from None
     except Http404:
-        if model is None or not public:
+        if not public or isinstance(request.auth, PresentedKey):
+            raise
+        model = models_for_predict().filter(pk=model_id, is_public=True).first()
+        if model is None:
             raise
         access = model_public_access(user=request.user, model=model)
     if public and model.is_public and not access.can(Perm.PREDICT):
@@ -82,8 +80,7 @@ endpoints = NinjaAPI(
     urls_namespace="endpoints",
     docs_url=None,
     openapi_url=None,
-)
-api_errors_install(endpoints)
+)  # its error answers are the API's, installed by config.api
 
 
 @endpoints.post("/{slug}/predict")

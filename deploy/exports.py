@@ -55,7 +55,7 @@ EXPORT_JOB = LongJob(
 def export_start(*, access: WorkspaceAccess, model: TrainedModel, fmt: str) -> ModelExport:
     """Queue an export of `model` to `fmt` (an Ultralytics format name)."""
     access.require(Perm.WRITE)
-    if model.workspace_id != access.workspace.pk:
+    if not access.owns(model):
         raise ServiceError("This model belongs to another workspace.")
     entry = format_availability(fmt)
     if entry is None:

@@ -146,8 +146,8 @@ def model_ready(model: TrainedModel) -> None:
 
 def model_file(model: TrainedModel) -> tuple[str, str]:
     """The file a server loads (an ONNX export when there is one: ONNX Runtime is the faster
-    runtime on a CPU) and its cache key. `model` comes from selectors.models_for_predict or
-    predict_access.predict_access."""
+    runtime on a CPU) and its cache key. `model` comes from selectors.models_for_predict (found by
+    workspaces.selectors.row_for_caller)."""
     if model.onnx_id is not None:
         return str(model_local_path(model, model.onnx_key)), f"{model.pk}:onnx:{model.onnx_id}"
     return str(model_local_path(model)), f"{model.pk}:{(model.weights_sha256 or 'pt')[:16]}"
@@ -193,7 +193,8 @@ def predict_forward(
 ) -> HttpResponse:
     """The whole call: limits, image, parameters, the model server, usage. Errors are JSON
     `{"detail": ...}` with the right status; every call is counted, after its answer is sent.
-    `model` comes from selectors.models_for_predict or predict_access.predict_access."""
+    `model` comes from selectors.models_for_predict, found by
+    workspaces.selectors.row_for_caller."""
     started = time.perf_counter()
     key: ApiKey | None = access.api_key
 

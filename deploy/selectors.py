@@ -24,7 +24,7 @@ PUBLIC_SAMPLE_IMAGES = 8
 # arguments, metrics) and the job's history cost milliseconds to fetch and decode on every call.
 PREDICT_MODEL_FIELDS = (
     "id", "name", "task", "imgsz", "weights_key", "weights_sha256", "inspect_state",
-    "inspect_error", "workspace__id", "workspace__slug", "workspace__plan__id",
+    "inspect_error", "workspace__id", "workspace__slug", "workspace__name", "workspace__plan__id",
     "workspace__plan__name", "workspace__plan__predict_requests_per_minute", "job__id",
     "job__state", "is_public",
 )  # fmt: skip

@@ -32,7 +32,7 @@ def deployment_create(
 ) -> Deployment:
     """A dedicated endpoint for `model`, started by a worker right after this commits."""
     access.require(Perm.WRITE)
-    if model.workspace_id != access.workspace.pk:
+    if not access.owns(model):
         raise ServiceError("This model belongs to another workspace.")
     _servable(model)
     plan = access.workspace.plan
@@ -79,7 +79,7 @@ def deployment_swap(
 ) -> Deployment:
     """Serve another model at the same URL; the next request loads it (no restart)."""
     access.require(Perm.WRITE)
-    if model.workspace_id != access.workspace.pk:
+    if not access.owns(model):
         raise ServiceError("This model belongs to another workspace.")
     locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
     if model.task != locked.model.task:

@@ -36,7 +36,7 @@ def model_delete(*, access: WorkspaceAccess, model: TrainedModel) -> None:
     once the deletion is committed. Refused while something still needs the weights: a
     deployment serving it, a job fine-tuning from it, a pre-labelling run or an export using it."""
     access.require(Perm.WRITE)
-    if model.workspace_id != access.workspace.pk:
+    if not access.owns(model):
         raise ServiceError("This model belongs to another workspace.")
     # Lock the row: a deployment or a job created meanwhile waits for this to finish.
     locked = TrainedModel.objects.select_for_update().filter(pk=model.pk).first()

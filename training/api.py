@@ -27,7 +27,7 @@ from training.services.models import model_promote
 from training.streams import job_progress
 from workspaces.models import Project
 from workspaces.permissions import Perm
-from workspaces.selectors import WorkspaceAccess, project_get, workspace_access_for_object
+from workspaces.selectors import WorkspaceAccess, project_get, row_for_caller
 
 router = Router(tags=["training"])
 
@@ -212,9 +212,12 @@ def model_out(model: TrainedModel, *, workspace_slug: str) -> ModelOut:
 
 def _project_access(request: HttpRequest, project_id: int) -> WorkspaceAccess:
     """The caller's access to the workspace of a project (404 for strangers), able to train."""
-    slug = Project.objects.filter(pk=project_id).values_list("workspace__slug", flat=True).first()
-    access = workspace_access_for_object(
-        auth=request.auth, user=request.user, slug=slug, not_found="No such project."
+    access, _ = row_for_caller(
+        Project.objects.all(),
+        pk=project_id,
+        auth=request.auth,
+        user=request.user,
+        not_found="No such project.",
     )
     access.require(Perm.TRAIN)
     return access

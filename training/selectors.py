@@ -40,7 +40,7 @@ from training.models import (
 )
 from training.services.jobs_resume import job_resume_refusal
 from workspaces.models import Project, Workspace
-from workspaces.selectors import WorkspaceAccess, workspace_access_for_object
+from workspaces.selectors import WorkspaceAccess, row_for_caller
 
 # The metric that ranks a job's epochs, per task: the one Ultralytics reports first for it.
 PRIMARY_METRIC = {
@@ -274,15 +274,14 @@ def compare_chart_data(jobs: list[TrainingJob]) -> dict:
     }
 
 
-def job_get(*, workspace: Workspace, pk: int) -> TrainingJob:
-    job = (
-        TrainingJob.objects.for_workspace(workspace)
-        .select_related(
-            "project", "gpu_type", "dataset_version__dataset", "created_by", "base_model"
-        )
-        .filter(pk=pk)
-        .first()
+def _job_rows() -> QuerySet[TrainingJob]:
+    return TrainingJob.objects.select_related(
+        "project", "gpu_type", "dataset_version__dataset", "created_by", "base_model"
     )
+
+
+def job_get(*, workspace: Workspace, pk: int) -> TrainingJob:
+    job = _job_rows().filter(workspace=workspace, pk=pk).first()
     if job is None:
         raise Http404("No such training job.")
     return job
@@ -290,11 +289,9 @@ def job_get(*, workspace: Workspace, pk: int) -> TrainingJob:
 
 def job_access_for_caller(*, auth, user, pk: int) -> tuple[WorkspaceAccess, TrainingJob]:
     """For API routes naming a job by id only: 404 unless the caller reaches its workspace."""
-    slug = TrainingJob.objects.filter(pk=pk).values_list("workspace__slug", flat=True).first()
-    access = workspace_access_for_object(
-        auth=auth, user=user, slug=slug, not_found="No such training job."
+    return row_for_caller(
+        _job_rows(), pk=pk, auth=auth, user=user, not_found="No such training job."
     )
-    return access, job_get(workspace=access.workspace, pk=pk)
 
 
 def job_epoch_metrics(*, job: TrainingJob) -> QuerySet[EpochMetric]:
@@ -312,10 +309,12 @@ def job_log_tail(*, job: TrainingJob, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _model_rows() -> QuerySet[TrainedModel]:
+    return TrainedModel.objects.select_related("project", "job", "dataset_version__dataset")
+
+
 def model_list(*, workspace: Workspace) -> QuerySet[TrainedModel]:
-    return TrainedModel.objects.for_workspace(workspace).select_related(
-        "project", "job", "dataset_version__dataset"
-    )
+    return _model_rows().filter(workspace=workspace)
 
 
 def model_get(*, workspace: Workspace, pk: int) -> TrainedModel:
@@ -326,11 +325,8 @@ def model_get(*, workspace: Workspace, pk: int) -> TrainedModel:
 
 
 def model_access_for_caller(*, auth, user, pk: int) -> tuple[WorkspaceAccess, TrainedModel]:
-    slug = TrainedModel.objects.filter(pk=pk).values_list("workspace__slug", flat=True).first()
-    access = workspace_access_for_object(
-        auth=auth, user=user, slug=slug, not_found="No such model."
-    )
-    return access, model_get(workspace=access.workspace, pk=pk)
+    """For API routes naming a model by id only: 404 unless the caller reaches its workspace."""
+    return row_for_caller(_model_rows(), pk=pk, auth=auth, user=user, not_found="No such model.")
 
 
 def trainable_versions(*, workspace: Workspace) -> QuerySet[DatasetVersion]:

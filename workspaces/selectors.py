@@ -1,9 +1,14 @@
-"""Reads. Every workspace-owned row is reached through `workspace_access_*` + `.for_workspace`."""
+"""Reads. Every workspace-owned row is reached through `workspace_access_*` + `.for_workspace`,
+or, named by id alone, through `row_for_caller` (the row and the caller's access, one query)."""
 
+import hashlib
+import hmac
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, FilteredRelation, Model, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -28,6 +33,11 @@ class WorkspaceAccess:
 
     def can(self, perm: Perm) -> bool:
         return perm in self.perms
+
+    def owns(self, obj) -> bool:
+        """Whether `obj` (a row with a workspace) is of this workspace: for services that
+        take an object their caller looked up."""
+        return obj.workspace_id == self.workspace.pk
 
     def require(self, perm: Perm) -> None:
         if self.can(perm):
@@ -93,19 +103,180 @@ def workspace_access_for_caller(*, auth, user: User, slug: str) -> WorkspaceAcce
     return workspace_access_for_user(user=user, slug=slug)
 
 
-def workspace_access_for_object(
-    *, auth, user: User, slug: str | None, not_found: str
-) -> WorkspaceAccess:
-    """The scoping helper for a row an API call names by id alone: the caller's access to the
-    workspace the row lives in (`slug`, None for no such row). An unknown id and another
-    team's id get the same 404 with the same words, `not_found`: the answer never tells a
-    stranger that the id exists."""
-    if slug is not None:
-        try:
-            return workspace_access_for_caller(auth=auth, user=user, slug=slug)
-        except Http404:
-            pass
-    raise Http404(not_found)
+API_KEY_PREFIX_BYTES = 6  # 12 hex characters
+M = TypeVar("M", bound=Model)
+
+
+@dataclass(frozen=True)
+class PresentedKey:
+    """A bearer token as a caller sent it, not yet checked: `row_for_caller` checks it in the
+    query that finds the row (the predict path), `api_key_authenticate` on its own."""
+
+    raw: str
+
+    @property
+    def prefix(self) -> str | None:
+        """The key's public prefix, or None when the token is not shaped like a Kestrel key."""
+        parts = self.raw.split("_", 2)
+        if len(parts) != 3 or parts[0] != "ksk" or len(parts[1]) != API_KEY_PREFIX_BYTES * 2:
+            return None
+        return parts[1]
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.raw.encode()).hexdigest()
+
+    def matches(self, key_hash: str) -> bool:
+        return hmac.compare_digest(key_hash, self.hash)
+
+
+class KeyRefused(Exception):
+    """The key is unknown, wrong, revoked, expired, or its creator can no longer sign in: 401."""
+
+
+def api_key_last_use_note(*, key_id: int, last_used_at, now) -> bool:
+    """Whether the key's last use was written now: at most once a minute per key, so a busy
+    key does not write on every call."""
+    if last_used_at is None or now - last_used_at > settings.API_KEY_LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=key_id).update(last_used_at=now)
+        return True
+    return False
+
+
+def row_for_caller(
+    queryset: QuerySet[M],
+    *,
+    pk: int,
+    auth,
+    user: User,
+    not_found: str,
+    workspace: str = "workspace",
+) -> tuple[WorkspaceAccess, M]:
+    """The one scoped lookup of a row named by id: the row `pk` of `queryset` and the caller's
+    access to its workspace (`workspace`: the path from the row to it), in one query that joins
+    the row to the caller's membership there. The caller is a person (`user`, from the
+    session), an `ApiKey` the API checked, or a `PresentedKey` checked in the same query (the
+    predict path: raises KeyRefused for a bad key). An unknown id and another team's id get
+    the same 404 with the same words, `not_found`: the answer never tells a stranger that the
+    id exists."""
+    if isinstance(auth, PresentedKey):
+        return _row_for_presented_key(
+            queryset, pk=pk, key=auth, not_found=not_found, workspace=workspace
+        )
+    api_key = auth if isinstance(auth, ApiKey) else None
+    if api_key is not None:
+        member_id = api_key.created_by_id
+        queryset = queryset.filter(**{f"{workspace}_id": api_key.workspace_id})
+    elif user.is_authenticated:
+        member_id = user.pk
+    else:
+        raise Http404(not_found)
+    row = _first(
+        queryset.select_related(f"{workspace}__plan")
+        .annotate(
+            _member=FilteredRelation(
+                f"{workspace}__memberships",
+                condition=Q(**{f"{workspace}__memberships__user_id": member_id}),
+            )
+        )
+        .filter(pk=pk, _member__isnull=False)
+        .annotate(_member_role=F("_member__role"), _member_reviewer=F("_member__is_reviewer"))
+    )
+    if row is None:  # no such row, another team's, or the key's creator left the workspace
+        raise Http404(not_found)
+    perms = role_permissions(row._member_role, is_reviewer=row._member_reviewer)
+    if api_key is not None:
+        perms &= scopes_permissions(api_key.scopes)
+    access = WorkspaceAccess(
+        workspace=_workspace_of(row, workspace),
+        user=api_key.created_by if api_key is not None else user,
+        role=row._member_role,
+        api_key=api_key,
+        perms=perms,
+    )
+    return access, row
+
+
+_PRESENTED_KEY_COLUMNS = {
+    "_key_id": "id",
+    "_key_hash": "key_hash",
+    "_key_name": "name",
+    "_key_scopes": "scopes",
+    "_key_last_used_at": "last_used_at",
+    "_key_created_by_id": "created_by_id",
+    "_key_user_email": "created_by__email",
+    "_key_user_active": "created_by__is_active",
+}
+
+
+def _row_for_presented_key(queryset, *, pk: int, key: PresentedKey, not_found: str, workspace):
+    """The row joined to the live key of that prefix in the row's workspace and to the key's
+    creator's membership there. No row: a bad key (401) or a row the key may not reach (404),
+    told apart by checking the key on its own (a refusal only: a call that succeeds is one
+    query)."""
+    prefix = key.prefix
+    if prefix is None:
+        raise KeyRefused
+    now = timezone.now()
+    keys = f"{workspace}__api_keys"
+    live = Q(**{f"{keys}__prefix": prefix, f"{keys}__revoked_at__isnull": True}) & (
+        Q(**{f"{keys}__expires_at__isnull": True}) | Q(**{f"{keys}__expires_at__gt": now})
+    )
+    row = _first(
+        queryset.select_related(f"{workspace}__plan")
+        .annotate(
+            _key=FilteredRelation(keys, condition=live),
+            _member=FilteredRelation(
+                f"{workspace}__memberships",
+                condition=Q(**{f"{workspace}__memberships__user_id": F("_key__created_by_id")}),
+            ),
+        )
+        .filter(pk=pk, _key__isnull=False, _member__isnull=False)
+        .annotate(
+            _member_role=F("_member__role"),
+            _member_reviewer=F("_member__is_reviewer"),
+            **{alias: F(f"_key__{column}") for alias, column in _PRESENTED_KEY_COLUMNS.items()},
+        )
+    )
+    if row is None:
+        from workspaces.services import api_key_authenticate  # the key on its own: 401 or 404
+
+        if api_key_authenticate(raw=key.raw) is None:
+            raise KeyRefused
+        raise Http404(not_found)
+    if not key.matches(row._key_hash) or not row._key_user_active:
+        raise KeyRefused
+    api_key_last_use_note(key_id=row._key_id, last_used_at=row._key_last_used_at, now=now)
+    ws = _workspace_of(row, workspace)
+    creator = User(id=row._key_created_by_id, email=row._key_user_email, is_active=True)
+    api_key = ApiKey(
+        id=row._key_id,
+        name=row._key_name,
+        prefix=prefix,
+        scopes=row._key_scopes,
+        workspace=ws,
+        created_by=creator,
+        last_used_at=row._key_last_used_at,
+    )
+    access = WorkspaceAccess(
+        workspace=ws,
+        user=creator,
+        role=row._member_role,
+        api_key=api_key,
+        perms=role_permissions(row._member_role, is_reviewer=row._member_reviewer)
+        & scopes_permissions(api_key.scopes),
+    )
+    return access, row
+
+
+def _first(queryset: QuerySet):
+    return next(iter(queryset.order_by()[:1]), None)
+
+
+def _workspace_of(row, path: str) -> Workspace:
+    for name in path.split("__"):
+        row = getattr(row, name)
+    return row
 
 
 def workspace_slugs_for_caller(*, auth, user: User) -> list[str]:

@@ -1,7 +1,5 @@
 """Writes. Every change to users' workspaces goes through one of these functions."""
 
-import hashlib
-import hmac
 import secrets
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -29,7 +27,13 @@ from workspaces.models import (
     Workspace,
 )
 from workspaces.permissions import ROLE_RANK, Perm, roles_assignable_by
-from workspaces.selectors import WorkspaceAccess, workspace_seats_used
+from workspaces.selectors import (
+    API_KEY_PREFIX_BYTES,
+    PresentedKey,
+    WorkspaceAccess,
+    api_key_last_use_note,
+    workspace_seats_used,
+)
 
 # --- workspaces -------------------------------------------------------------------------------
 
@@ -429,12 +433,7 @@ def project_delete(*, access: WorkspaceAccess, project: Project, confirm_name: s
 
 # --- API keys ---------------------------------------------------------------------------------
 
-API_KEY_PREFIX_BYTES = 6  # 12 hex characters
 API_KEY_SECRET_BYTES = 32
-
-
-def _api_key_hash(raw: str) -> str:
-    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 @transaction.atomic
@@ -476,7 +475,7 @@ def api_key_create(
         workspace=access.workspace,
         name=name,
         prefix=prefix,
-        key_hash=_api_key_hash(raw),
+        key_hash=PresentedKey(raw).hash,
         scopes=sorted(set(scopes), key=ApiKeyScope.values.index),
         created_by=access.user,
         expires_at=expires_at,
@@ -494,19 +493,21 @@ def api_key_revoke(*, access: WorkspaceAccess, key: ApiKey) -> None:
 
 def api_key_authenticate(*, raw: str) -> ApiKey | None:
     """The live key for a presented secret, or None (malformed, unknown, revoked, expired)."""
-    parts = raw.split("_", 2)
-    if len(parts) != 3 or parts[0] != "ksk" or len(parts[1]) != API_KEY_PREFIX_BYTES * 2:
+    presented = PresentedKey(raw)
+    if presented.prefix is None:
         return None
-    key = ApiKey.objects.select_related("workspace", "created_by").filter(prefix=parts[1]).first()
-    if key is None or not hmac.compare_digest(key.key_hash, _api_key_hash(raw)):
+    key = (
+        ApiKey.objects.select_related("workspace", "created_by")
+        .filter(prefix=presented.prefix)
+        .first()
+    )
+    if key is None or not presented.matches(key.key_hash):
         return None
     now = timezone.now()
     if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
         return None
     if not key.created_by.is_active:
         return None
-    if key.last_used_at is None or now - key.last_used_at > settings.API_KEY_LAST_USED_RESOLUTION:
-        # Written at most once a minute per key, so a busy key does not write on every call.
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    if api_key_last_use_note(key_id=key.pk, last_used_at=key.last_used_at, now=now):
         key.last_used_at = now
     return key

@@ -5,11 +5,15 @@ from django.http import Http404
 
 from datasets.models import Dataset, DatasetVersion, Image, Import
 from workspaces.models import Workspace
-from workspaces.selectors import WorkspaceAccess, workspace_access_for_object
+from workspaces.selectors import WorkspaceAccess, row_for_caller
 
 
 def dataset_list(*, workspace: Workspace) -> QuerySet[Dataset]:
     return Dataset.objects.for_workspace(workspace).select_related("cloned_from")
+
+
+def import_rows() -> QuerySet[Import]:
+    return Import.objects.select_related("dataset")
 
 
 def dataset_get(*, workspace: Workspace, pk: int) -> Dataset:
@@ -21,11 +25,25 @@ def dataset_get(*, workspace: Workspace, pk: int) -> Dataset:
 
 def dataset_access_for_caller(*, auth, user, pk: int) -> tuple[WorkspaceAccess, Dataset]:
     """For API routes naming a dataset by id only: 404 unless the caller reaches its workspace."""
-    slug = Dataset.objects.filter(pk=pk).values_list("workspace__slug", flat=True).first()
-    access = workspace_access_for_object(
-        auth=auth, user=user, slug=slug, not_found="No such dataset."
+    return row_for_caller(
+        Dataset.objects.select_related("cloned_from"),
+        pk=pk,
+        auth=auth,
+        user=user,
+        not_found="No such dataset.",
     )
-    return access, dataset_get(workspace=access.workspace, pk=pk)
+
+
+def import_access_for_caller(*, auth, user, pk: int) -> tuple[WorkspaceAccess, Import]:
+    """For API routes naming an import by id only: 404 unless the caller reaches its workspace."""
+    return row_for_caller(
+        import_rows(),
+        pk=pk,
+        auth=auth,
+        user=user,
+        not_found="No such import.",
+        workspace="dataset__workspace",
+    )
 
 
 def dataset_public_list() -> QuerySet[Dataset]:
@@ -51,9 +69,7 @@ def import_list(*, dataset: Dataset) -> QuerySet[Import]:
 
 
 def import_get(*, workspace: Workspace, pk: int) -> Import:
-    imp = (
-        Import.objects.filter(dataset__workspace=workspace, pk=pk).select_related("dataset").first()
-    )
+    imp = import_rows().filter(dataset__workspace=workspace, pk=pk).first()
     if imp is None:
         raise Http404("No such import.")
     return imp

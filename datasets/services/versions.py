@@ -225,7 +225,7 @@ def _version_freeze(*, dataset: Dataset, note: str, user: User | None) -> Datase
 @transaction.atomic
 def version_create(*, access: WorkspaceAccess, dataset: Dataset, note: str = "") -> DatasetVersion:
     access.require(Perm.WRITE)
-    if dataset.workspace_id != access.workspace.pk:
+    if not access.owns(dataset):
         raise ServiceError("This dataset belongs to another workspace.")
     return _version_freeze(dataset=dataset, note=note, user=access.user)
 

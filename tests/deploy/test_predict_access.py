@@ -1,20 +1,27 @@
-"""A prediction call's one-query check of key, member and model answers exactly as the API's
+"""A prediction call's one-query check of key, member and model (the scoped lookup,
+workspaces.selectors.row_for_caller, given the key as presented) answers exactly as the API's
 general path (ninja's key check, the caller's workspace access, the model) does, case by case."""
 
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.utils import timezone
 
 from deploy.models import ExportState, ModelExport
-from deploy.predict_access import KeyRefused, PresentedKey, predict_access
 from deploy.selectors import PREDICT_MODEL_FIELDS, models_for_predict
 from tests.training.factories import trained_model_row
 from workspaces.models import ApiKey, Membership
 from workspaces.permissions import Perm
-from workspaces.selectors import workspace_access_for_api_key, workspace_access_for_user
+from workspaces.selectors import (
+    KeyRefused,
+    PresentedKey,
+    row_for_caller,
+    workspace_access_for_api_key,
+    workspace_access_for_user,
+)
 from workspaces.services import api_key_authenticate, api_key_create
 
 pytestmark = pytest.mark.django_db
@@ -35,6 +42,19 @@ def _general(raw: str, model_id: int):
         return 404
     except PermissionDenied as e:
         return 403, str(e)
+    return access, model
+
+
+def predict_access(key: PresentedKey, model_id: int):
+    """What the predict API does with a presented key (deploy.api._caller)."""
+    access, model = row_for_caller(
+        models_for_predict(),
+        pk=model_id,
+        auth=key,
+        user=AnonymousUser(),
+        not_found="No such model.",
+    )
+    access.require(Perm.PREDICT)
     return access, model
 
 

@@ -215,3 +215,17 @@ def test_the_billing_page_shows_inference_calls_per_day_key_and_model(team, mode
     page = viewer.get("/w/acme/billing/").content.decode()
     section = page[page.index('data-testid="inference-usage"') :]
     assert key.prefix in section and model.name in section
+
+
+def test_a_call_finds_its_caller_and_model_in_one_query(
+    team, model, client, django_assert_num_queries
+):
+    """With a key, the key, its creator's membership and the model are one query; from the
+    browser, the session and its user, then the membership and the model in one query."""
+    key_client, _ = _key_client(team)
+    _post(key_client, model)  # the key's first use is written once
+    with django_assert_num_queries(1):
+        assert _post(key_client, model).status_code == 503
+    client.force_login(team.owner)
+    with django_assert_num_queries(3):
+        assert _post(client, model).status_code == 503

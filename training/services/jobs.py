@@ -257,7 +257,7 @@ def version_unmeasured_warning(version: DatasetVersion) -> str:
 
 
 def _in_workspace(access: WorkspaceAccess, obj, what: str) -> None:
-    if obj.workspace_id != access.workspace.pk:
+    if not access.owns(obj):
         raise ServiceError(f"This {what} belongs to another workspace.")
 
 

@@ -35,7 +35,7 @@ def model_upload(
     process inspects it (deploy.model_inspect: its pickle checked, then loaded to read its task,
     classes and image size); until then it is pending and nothing uses it."""
     access.require(Perm.TRAIN)
-    if project.workspace_id != access.workspace.pk:
+    if not access.owns(project):
         raise ServiceError("This project belongs to another workspace.")
     if task not in Task.values:
         raise ServiceError(f"Pick the task the weights were trained for, not “{task[:20]}”.")
@@ -87,7 +87,7 @@ def model_upload(
 def model_promote(*, access: WorkspaceAccess, model: TrainedModel) -> TrainedModel:
     """Make `model` its project's current model; the one that was current stops being so."""
     access.require(Perm.TRAIN)
-    if model.workspace_id != access.workspace.pk:
+    if not access.owns(model):
         raise ServiceError("This model belongs to another workspace.")
     return model_make_current(model=model)
 
