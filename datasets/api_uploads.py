@@ -45,6 +45,19 @@ class ImportOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
 
+    @staticmethod
+    def resolve_progress(imp: Import) -> ProgressOut:
+        progress = import_progress(imp)
+        return ProgressOut(
+            phase=str(progress.get("phase", "")),
+            done=int(progress.get("done") or 0),
+            total=int(progress.get("total") or 0),
+        )
+
+    @staticmethod
+    def resolve_report(imp: Import) -> dict:
+        return imp.report if isinstance(imp.report, dict) else {}
+
 
 @router.post("/datasets/{dataset_id}/uploads", response={201: ImportCreated})
 def upload_create(
@@ -75,23 +88,4 @@ def import_get(request: HttpRequest, import_id: int):
         auth=request.auth, user=request.user, pk=import_id
     )
     access.require(Perm.READ)
-    imp = selectors.import_get(workspace=access.workspace, pk=import_id)
-    progress = import_progress(imp)
-    return ImportOut(
-        id=imp.pk,
-        dataset_id=imp.dataset_id,
-        status=imp.status,
-        filename=imp.filename,
-        total_size=imp.total_size,
-        received_size=imp.received_size,
-        progress=ProgressOut(
-            phase=str(progress.get("phase", "")),
-            done=int(progress.get("done") or 0),
-            total=int(progress.get("total") or 0),
-        ),
-        report=imp.report if isinstance(imp.report, dict) else {},
-        error=imp.error,
-        created_at=imp.created_at,
-        started_at=imp.started_at,
-        finished_at=imp.finished_at,
-    )
+    return imp

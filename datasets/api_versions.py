@@ -32,15 +32,8 @@ class VersionOut(Schema):
     created_by: str | None
 
     @staticmethod
-    def of(version: DatasetVersion) -> "VersionOut":
-        return VersionOut(
-            number=version.number,
-            note=version.note,
-            content_hash=version.content_hash,
-            summary=version.summary,
-            created_at=version.created_at,
-            created_by=version.created_by.email if version.created_by else None,
-        )
+    def resolve_created_by(version: DatasetVersion) -> str | None:
+        return version.created_by.email if version.created_by else None
 
 
 class CloneIn(Schema):
@@ -58,7 +51,7 @@ def version_list(request: HttpRequest, dataset_id: int):
         auth=request.auth, user=request.user, pk=dataset_id
     )
     access.require(Perm.READ)
-    return [VersionOut.of(v) for v in services.version_list(dataset=dataset)]
+    return services.version_list(dataset=dataset)
 
 
 @router.post("/datasets/{dataset_id}/versions", response={201: VersionOut})
@@ -68,7 +61,7 @@ def version_create(request: HttpRequest, dataset_id: int, payload: VersionIn):
         auth=request.auth, user=request.user, pk=dataset_id
     )
     version = services.version_create(access=access, dataset=dataset, note=payload.note)
-    return Status(201, VersionOut.of(version))
+    return Status(201, version)
 
 
 @router.get("/datasets/{dataset_id}/export")

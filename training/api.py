@@ -109,6 +109,42 @@ class JobOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
 
+    @staticmethod
+    def of(job: TrainingJob, *, workspace_slug: str) -> "JobOut":
+        return JobOut.model_validate(job, context={"workspace": workspace_slug})
+
+    @staticmethod
+    def resolve_workspace(job, context) -> str:
+        return context["workspace"]
+
+    @staticmethod
+    def resolve_model(job) -> str:
+        return job.model_name
+
+    @staticmethod
+    def resolve_epoch(job) -> int:
+        return job.epochs_done
+
+    @staticmethod
+    def resolve_resumable(job) -> bool:
+        return not job_resume_refusal(job)
+
+    @staticmethod
+    def resolve_progress(job) -> dict | None:
+        return job_progress(job) if job.is_active else None
+
+    @staticmethod
+    def resolve_artifacts(job) -> list[str]:
+        return sorted(job.artifacts)
+
+    @staticmethod
+    def resolve_attempts(job):
+        return job.attempt_rows.all()
+
+    @staticmethod
+    def resolve_trained_model_id(job) -> int | None:
+        return TrainedModel.objects.filter(job=job).values_list("pk", flat=True).first()
+
 
 class EpochOut(Schema):
     epoch: int
@@ -135,79 +171,13 @@ class ModelOut(Schema):
     is_current: bool = Field(description="The project's current model (at most one per project).")
     created_at: datetime
 
+    @staticmethod
+    def of(model: TrainedModel, *, workspace_slug: str) -> "ModelOut":
+        return ModelOut.model_validate(model, context={"workspace": workspace_slug})
 
-def job_out(job: TrainingJob, *, workspace_slug: str) -> JobOut:
-    return JobOut(
-        id=job.pk,
-        title=job.title,
-        workspace=workspace_slug,
-        project_id=job.project_id,
-        dataset_version_id=job.dataset_version_id,
-        gpu_type_id=job.gpu_type_id,
-        device=job.device,
-        task=job.task,
-        model=job.model_name,
-        model_family=job.model_family,
-        model_size=job.model_size,
-        weights=job.weights,
-        base_model_id=job.base_model_id,
-        epochs=job.epochs,
-        epoch=job.epochs_done,
-        checkpoint_epoch=job.checkpoint_epoch,
-        imgsz=job.imgsz,
-        batch=job.batch,
-        patience=job.patience,
-        optimizer=job.optimizer,
-        seed=job.seed,
-        extra_args=job.extra_args,
-        is_quick_test=job.is_quick_test,
-        state=job.state,
-        is_final=job.is_final,
-        error=job.error,
-        failure_kind=job.failure_kind,
-        resumable=not job_resume_refusal(job),
-        progress=job_progress(job) if job.is_active else None,
-        latest_metrics=job.latest_metrics,
-        final_metrics=job.final_metrics,
-        artifacts=sorted(job.artifacts),
-        attempts=[
-            AttemptOut(
-                number=a.number,
-                worker=a.worker,
-                machine=a.machine,
-                started_at=a.started_at,
-                ended_at=a.ended_at,
-                end_reason=a.end_reason,
-                message=a.message,
-            )
-            for a in job.attempt_rows.all()
-        ],
-        trained_model_id=TrainedModel.objects.filter(job=job).values_list("pk", flat=True).first(),
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-    )
-
-
-def model_out(model: TrainedModel, *, workspace_slug: str) -> ModelOut:
-    return ModelOut(
-        id=model.pk,
-        name=model.name,
-        workspace=workspace_slug,
-        project_id=model.project_id,
-        job_id=model.job_id,
-        task=model.task,
-        architecture=model.architecture,
-        class_names=model.class_names,
-        imgsz=model.imgsz,
-        dataset_version_id=model.dataset_version_id,
-        train_args=model.train_args,
-        metrics=model.metrics,
-        weights_size=model.weights_size,
-        weights_sha256=model.weights_sha256,
-        is_current=model.is_current,
-        created_at=model.created_at,
-    )
+    @staticmethod
+    def resolve_workspace(model, context) -> str:
+        return context["workspace"]
 
 
 def _project_access(request: HttpRequest, project_id: int) -> WorkspaceAccess:
@@ -260,14 +230,14 @@ def job_create(request: HttpRequest, payload: JobIn):
         quick_test=payload.quick_test,
         name=payload.name,
     )
-    return Status(201, job_out(job, workspace_slug=access.workspace.slug))
+    return Status(201, JobOut.of(job, workspace_slug=access.workspace.slug))
 
 
 @router.get("/training/jobs/{job_id}", response=JobOut)
 def job_get(request: HttpRequest, job_id: int):
     access, job = selectors.job_access_for_caller(auth=request.auth, user=request.user, pk=job_id)
     access.require(Perm.READ)
-    return job_out(job, workspace_slug=access.workspace.slug)
+    return JobOut.of(job, workspace_slug=access.workspace.slug)
 
 
 @router.post("/training/jobs/{job_id}/stop", response=JobOut)
@@ -275,7 +245,7 @@ def job_stop_api(request: HttpRequest, job_id: int):
     """Finish the current batch, validate, keep best and last weights; end as stopped."""
     access, job = selectors.job_access_for_caller(auth=request.auth, user=request.user, pk=job_id)
     job = job_stop(access=access, job=job)
-    return job_out(job, workspace_slug=access.workspace.slug)
+    return JobOut.of(job, workspace_slug=access.workspace.slug)
 
 
 @router.post("/training/jobs/{job_id}/cancel", response=JobOut)
@@ -283,7 +253,7 @@ def job_cancel_api(request: HttpRequest, job_id: int):
     """End the job at once; no model is made."""
     access, job = selectors.job_access_for_caller(auth=request.auth, user=request.user, pk=job_id)
     job = job_cancel(access=access, job=job)
-    return job_out(job, workspace_slug=access.workspace.slug)
+    return JobOut.of(job, workspace_slug=access.workspace.slug)
 
 
 @router.post("/training/jobs/{job_id}/resume", response=JobOut)
@@ -291,7 +261,7 @@ def job_resume_api(request: HttpRequest, job_id: int):
     """Queue a stopped or failed job again, from its last checkpoint."""
     access, job = selectors.job_access_for_caller(auth=request.auth, user=request.user, pk=job_id)
     job = job_resume(access=access, job=job)
-    return job_out(job, workspace_slug=access.workspace.slug)
+    return JobOut.of(job, workspace_slug=access.workspace.slug)
 
 
 @router.get("/training/jobs/{job_id}/metrics", response=list[EpochOut])
@@ -299,10 +269,7 @@ def job_metrics(request: HttpRequest, job_id: int):
     """Every finished epoch's values, in order."""
     access, job = selectors.job_access_for_caller(auth=request.auth, user=request.user, pk=job_id)
     access.require(Perm.READ)
-    return [
-        EpochOut(epoch=m.epoch, attempt=m.attempt, seconds=m.seconds, values=m.values)
-        for m in selectors.job_epoch_metrics(job=job)
-    ]
+    return selectors.job_epoch_metrics(job=job)
 
 
 @router.get("/models/{model_id}", response=ModelOut)
@@ -311,7 +278,7 @@ def model_get(request: HttpRequest, model_id: int):
         auth=request.auth, user=request.user, pk=model_id
     )
     access.require(Perm.READ)
-    return model_out(model, workspace_slug=access.workspace.slug)
+    return ModelOut.of(model, workspace_slug=access.workspace.slug)
 
 
 @router.get("/models/{model_id}/weights")
@@ -334,7 +301,7 @@ def model_promote_api(request: HttpRequest, model_id: int):
         auth=request.auth, user=request.user, pk=model_id
     )
     model = model_promote(access=access, model=model)
-    return model_out(model, workspace_slug=access.workspace.slug)
+    return ModelOut.of(model, workspace_slug=access.workspace.slug)
 
 
 class EstimateIn(Schema):

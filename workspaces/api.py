@@ -63,8 +63,12 @@ class MemberOut(Schema):
     joined_at: datetime
 
     @staticmethod
-    def from_membership(m: Membership) -> "MemberOut":
-        return MemberOut(id=m.pk, email=m.user.email, role=m.role, joined_at=m.created_at)
+    def resolve_email(membership: Membership) -> str:
+        return membership.user.email
+
+    @staticmethod
+    def resolve_joined_at(membership: Membership) -> datetime:
+        return membership.created_at
 
 
 class RoleIn(Schema):
@@ -133,9 +137,7 @@ def workspace_get(request, slug: str):
 @paginate
 def member_list(request, slug: str):
     access = api_access(request, slug, Perm.READ)
-    return [
-        MemberOut.from_membership(m) for m in selectors.membership_list(workspace=access.workspace)
-    ]
+    return list(selectors.membership_list(workspace=access.workspace))
 
 
 @router.patch("/workspaces/{slug}/members/{member_id}", response=MemberOut, tags=["members"])
@@ -145,7 +147,7 @@ def member_update(request, slug: str, member_id: int, payload: RoleIn):
     membership = services.membership_change_role(
         access=access, membership=membership, role=payload.role
     )
-    return MemberOut.from_membership(membership)
+    return membership
 
 
 @router.delete("/workspaces/{slug}/members/{member_id}", response={204: None}, tags=["members"])
