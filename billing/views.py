@@ -87,7 +87,7 @@ def topup_done(request: HttpRequest, access: WorkspaceAccess) -> HttpResponse:
     except stripe_gateway.GatewayError as e:
         messages.error(request, f"{e} The credits arrive as soon as Stripe confirms.")
         return back
-    if payment is None or payment.workspace_id != access.workspace.pk:
+    if payment is None or not access.owns(payment):
         messages.error(request, "That payment is not one of this workspace's.")
     elif payment.status == PaymentStatus.PAID:
         messages.success(request, f"Thank you: {payment.amount // MICRO} credits were added.")
