@@ -12,6 +12,7 @@ from annotation import selectors, services
 from core.errors import ServiceError
 from datasets import selectors as dataset_selectors
 from datasets.models import Image, LabelStatus
+from datasets.selectors.labelling import labelling_progress
 from training.models import TrainedModel
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -59,7 +60,7 @@ def dataset_labelling(request, access: WorkspaceAccess, pk: int) -> HttpResponse
     context = {
         "access": access,
         "dataset": dataset,
-        "progress": selectors.labelling_progress(dataset=dataset),
+        "progress": labelling_progress(dataset=dataset),
         "runs": runs,
         "running": any(not r.is_final for r in runs),
         "form": PrelabelForm(access=access, dataset=dataset),

@@ -9,6 +9,7 @@ from core.errors import ServiceError
 from datasets.api import router as datasets_router
 from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
+from deploy.api import endpoints
 from deploy.api import router as deploy_router
 from training.api import router as training_router
 from training.trainer_events import router as trainer_router
@@ -26,6 +27,7 @@ api = NinjaAPI(
     urls_namespace="api",
 )
 api_errors_install(api)
+api_errors_install(endpoints)  # the dedicated endpoints (/d/<slug>/predict) answer alike
 api.add_router("/", workspaces_router)
 api.add_router("/", datasets_router)
 api.add_router("/", uploads_router)

@@ -4,11 +4,11 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods
 
-from annotation.selectors import labelling_progress
 from core.errors import ServiceError
 from core.http import page_of
 from datasets import selectors
 from datasets.forms import DatasetCreateForm, DatasetEditForm
+from datasets.selectors.labelling import labelling_progress
 from datasets.services import datasets as services
 from workspaces.decorators import workspace_view
 from workspaces.forms import ConfirmForm
