@@ -1,7 +1,7 @@
-"""Reads for the editor, the review queue and the labelling progress of a dataset."""
+"""Reads for the editor and the review queue (a dataset's labelling progress:
+datasets.selectors.labelling)."""
 
 from django.conf import settings
-from django.db.models import Count, Q
 from django.middleware.csrf import get_token
 from django.urls import reverse
 
@@ -233,51 +233,6 @@ def sam_message(weights: str) -> str:
         "name tells Ultralytics which model it is), and sets KESTREL_SAM_WEIGHTS to its path. "
         "Smart polygon (S) works without it."
     )
-
-
-# --- progress ----------------------------------------------------------------------------------
-
-
-def labelling_progress(*, dataset: Dataset) -> dict:
-    """How many images are in each status, and who labelled and reviewed how many."""
-    images = Image.objects.filter(dataset=dataset)
-    by_status = dict(images.values_list("status").annotate(n=Count("id")).order_by())
-    total = sum(by_status.values())
-    statuses = [
-        {
-            "value": value,
-            "label": label,
-            "count": by_status.get(value, 0),
-            "percent": round(100 * by_status.get(value, 0) / total) if total else 0,
-        }
-        for value, label in LabelStatus.choices
-    ]
-    labellers = (
-        images.filter(labelled_by__isnull=False)
-        .values("labelled_by__email")
-        .annotate(
-            labelled=Count("id"),
-            approved=Count("id", filter=Q(status=LabelStatus.APPROVED)),
-            rejected=Count("id", filter=Q(status=LabelStatus.REJECTED)),
-        )
-        .order_by("-labelled", "labelled_by__email")
-    )
-    reviewers = (
-        images.filter(reviewed_by__isnull=False)
-        .values("reviewed_by__email")
-        .annotate(
-            approved=Count("id", filter=Q(status=LabelStatus.APPROVED)),
-            rejected=Count("id", filter=Q(status=LabelStatus.REJECTED)),
-        )
-        .order_by("reviewed_by__email")
-    )
-    return {
-        "total": total,
-        "statuses": statuses,
-        "done": by_status.get(LabelStatus.APPROVED, 0),
-        "labellers": list(labellers),
-        "reviewers": list(reviewers),
-    }
 
 
 def prelabel_runs(*, dataset: Dataset):
