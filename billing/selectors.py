@@ -1,11 +1,10 @@
 from datetime import timedelta
 
-from django.db.models import Case, F, Q, QuerySet, Sum, When
+from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from billing.models import CreditAccount, EntryKind, LedgerEntry
-from training.models import TrainingJob
 
 
 def ledger_entry_list(*, account: CreditAccount) -> QuerySet[LedgerEntry]:
@@ -33,24 +32,4 @@ def usage_per_day(*, account: CreditAccount, days: int = 30) -> list[dict]:
     return [
         {"day": start + timedelta(days=i), "spent": spent.get(start + timedelta(days=i), 0)}
         for i in range(days)
-    ]
-
-
-def job_costs(*, account: CreditAccount, limit: int = 50) -> list[dict]:
-    """Per job: captured, refunded, still held; the `limit` most recent jobs."""
-    rows = (
-        LedgerEntry.objects.filter(account=account, job__isnull=False)
-        .values("job_id")
-        .annotate(
-            captured=Sum(Case(When(kind=EntryKind.CAPTURE, then=-F("amount")), default=0)),
-            refunded=Sum(Case(When(kind=EntryKind.REFUND, then=F("amount")), default=0)),
-            held=Sum("hold_delta"),
-        )
-        .filter(~Q(captured=0) | ~Q(held=0) | ~Q(refunded=0))
-        .order_by("-job_id")[:limit]
-    )
-    jobs = TrainingJob.objects.in_bulk([row["job_id"] for row in rows])
-    return [
-        {**row, "job": jobs.get(row["job_id"]), "net": row["captured"] - row["refunded"]}
-        for row in rows
     ]

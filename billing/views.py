@@ -17,7 +17,7 @@ from billing.payments import PRESET_CREDITS, payment_fulfil, topup_start, webhoo
 from core.errors import ServiceError
 from core.http import page_of
 from core.money import MICRO
-from deploy.selectors import inference_usage
+from core.pages import page_parts
 from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -46,11 +46,11 @@ def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
                 "labels": [row["day"].isoformat() for row in usage],
                 "micro": [row["spent"] for row in usage],
             },
-            "job_costs": selectors.job_costs(account=account),
-            "inference": inference_usage(workspace=access.workspace),
             "topups_enabled": stripe_gateway.enabled(),
             "can_buy": access.can(Perm.MANAGE_BILLING),
             "presets": PRESET_CREDITS,
+            # the cost per training job (training) and the inference calls (deploy)
+            **page_parts("billing_page", access=access, account=account),
         },
     )
 

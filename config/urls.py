@@ -2,8 +2,10 @@ from django.contrib import admin
 from django.urls import include, path
 
 from config.api import api
+from config.pages import page_parts_wire
 from deploy.api import endpoints
 
+page_parts_wire()
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),

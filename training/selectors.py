@@ -18,6 +18,7 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
+    Sum,
     Value,
     When,
 )
@@ -26,6 +27,7 @@ from django.db.models.functions import Cast, Coalesce, Concat, Lower, LPad, Now
 from django.http import Http404
 from django.utils import timezone
 
+from billing.models import CreditAccount, EntryKind, LedgerEntry
 from datasets.models import DatasetVersion, Task
 from training.metering import job_cost
 from training.models import (
@@ -408,3 +410,27 @@ def job_state_dict(job: TrainingJob) -> dict:
         # Read with the state, so the header's hold is gone once Stop or the end releases it.
         "cost": job_cost(job),
     }
+
+
+# --- what training adds to the billing page -----------------------------------------------------
+
+
+def job_costs(*, account: CreditAccount, limit: int = 50) -> list[dict]:
+    """Per job: captured, refunded, still held; the `limit` most recent jobs (the billing
+    page's cost per training job, core.pages)."""
+    rows = (
+        LedgerEntry.objects.filter(account=account, job__isnull=False)
+        .values("job_id")
+        .annotate(
+            captured=Sum(Case(When(kind=EntryKind.CAPTURE, then=-F("amount")), default=0)),
+            refunded=Sum(Case(When(kind=EntryKind.REFUND, then=F("amount")), default=0)),
+            held=Sum("hold_delta"),
+        )
+        .filter(~Q(captured=0) | ~Q(held=0) | ~Q(refunded=0))
+        .order_by("-job_id")[:limit]
+    )
+    jobs = TrainingJob.objects.in_bulk([row["job_id"] for row in rows])
+    return [
+        {**row, "job": jobs.get(row["job_id"]), "net": row["captured"] - row["refunded"]}
+        for row in rows
+    ]

@@ -11,16 +11,16 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, path, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from core.files import generated_file_response
 from core.errors import ServiceError
+from core.files import generated_file_response
 from core.http import HtmxHttpRequest
+from core.pages import page_parts
 from datasets import selectors
 from datasets.models import Dataset, DatasetVersion, Image, Task
 from datasets.services import datasets as dataset_services
 from datasets.services import versions as services
 from datasets.services.clone import clone_targets_for_user, dataset_clone
 from datasets.services.export import FORMATS, export_filename, export_run
-from deploy.selectors import models_public_for_dataset
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_user
@@ -222,7 +222,7 @@ def public_dataset(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     dataset = selectors.dataset_public_get(pk=pk)
     context = _dataset_overview(dataset)
     context["thumbs"] = _thumbs_by_dataset([dataset.pk], PUBLIC_THUMBS).get(dataset.pk, [])
-    context["public_models"] = models_public_for_dataset(dataset=dataset)
+    context.update(page_parts("public_dataset_page", dataset=dataset))  # its public models (deploy)
     if request.user.is_authenticated:
         targets = clone_targets_for_user(user=request.user, source=dataset)
         context["targets"] = targets
