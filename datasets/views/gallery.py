@@ -9,13 +9,12 @@ from django.contrib import messages
 from django.http import (
     Http404,
     HttpResponse,
-    HttpResponseNotModified,
     HttpResponseRedirect,
     QueryDict,
 )
 from django.shortcuts import redirect, render
 from django.urls import path, reverse
-from django.utils.http import parse_etags
+from django.utils.cache import get_conditional_response
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from core.files import stored_file_response
@@ -81,13 +80,6 @@ def _ids(values: list[str]) -> list[int]:
     return [int(v) for v in values if v.isdigit() and len(v) < 19]
 
 
-def _etag_matches(request, etag: str) -> bool:
-    header = request.headers.get("If-None-Match")
-    if not header:
-        return False
-    return any(tag == "*" or tag.removeprefix("W/") == etag for tag in parse_etags(header))
-
-
 def _image_headers(response: HttpResponse, etag: str | None) -> HttpResponse:
     response["X-Content-Type-Options"] = "nosniff"
     if etag is None:
@@ -100,8 +92,10 @@ def _image_headers(response: HttpResponse, etag: str | None) -> HttpResponse:
 
 def _serve(request, *, key: str, content_type: str, etag: str, filename: str) -> HttpResponse:
     """The stored image, or a 304 for a matching ETag; 404 when the object is missing."""
-    if _etag_matches(request, etag):
-        return _image_headers(HttpResponseNotModified(), etag)
+    # condition()'s own check; not the decorator, whose etag_func would look the image up again.
+    conditional = get_conditional_response(request, etag=etag)
+    if conditional is not None:  # 304 (or 412 for a failed If-Match)
+        return _image_headers(conditional, etag)
     response = stored_file_response(
         key=key, filename=filename, inline_type=content_type, cache_seconds=CACHE_SECONDS
     )
