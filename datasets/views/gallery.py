@@ -93,9 +93,9 @@ def _image_headers(response: HttpResponse, etag: str | None) -> HttpResponse:
 def _serve(request, *, key: str, content_type: str, etag: str, filename: str) -> HttpResponse:
     """The stored image, or a 304 for a matching ETag; 404 when the object is missing."""
     # condition()'s own check; not the decorator, whose etag_func would look the image up again.
-    conditional = get_conditional_response(request, etag=etag)
-    if conditional is not None:  # 304 (or 412 for a failed If-Match)
-        return _image_headers(conditional, etag)
+    conditional = get_conditional_response(request, etag=etag)  # 304, or 412 for If-Match
+    if conditional is not None:
+        return _image_headers(conditional, etag) if conditional.status_code == 304 else conditional
     response = stored_file_response(
         key=key, filename=filename, inline_type=content_type, cache_seconds=CACHE_SECONDS
     )
