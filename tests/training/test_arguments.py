@@ -52,6 +52,18 @@ def test_importing_the_module_and_checking_arguments_does_not_import_torch():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_child_process_reads_the_installed_ultralytics():
+    import ultralytics
+    from ultralytics import cfg
+
+    found = arguments.ultralytics_probe_run()  # not the cached answer
+
+    assert found["version"] == ultralytics.__version__
+    assert found["defaults"] == cfg.DEFAULT_CFG_DICT
+    assert set(found["bool_keys"]) == cfg.CFG_BOOL_KEYS
+    assert {"auto", "SGD", "MuSGD"} <= set(found["optimizers"])
+
+
 def test_key_sets_match_ultralytics():
     import ultralytics
     from ultralytics import cfg

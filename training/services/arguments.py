@@ -126,20 +126,26 @@ def _not_training_keys(default_yaml: str) -> dict[str, str]:
     return keys
 
 
+def ultralytics_probe_run() -> dict:
+    """What ultralytics_probe.py prints. -P: its folder is not put on sys.path, where this
+    package's modules (inspect.py) would shadow the standard library's."""
+    result = subprocess.run(  # noqa: S603 (this interpreter, Kestrel's own file)
+        [sys.executable, "-P", str(PROBE)],
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+    )
+    if result.returncode:
+        raise RuntimeError(f"Reading Ultralytics' configuration failed: {result.stderr}")
+    return json.loads(result.stdout)
+
+
 def _probe() -> dict:
     key = f"ultralytics-config:1:{importlib.metadata.version('ultralytics')}:{ultralytics_root()}"
     found = cache.get(key)
     if found is None:
-        result = subprocess.run(  # noqa: S603 (this interpreter, Kestrel's own file)
-            [sys.executable, str(PROBE)],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-        )
-        if result.returncode:
-            raise RuntimeError(f"Reading Ultralytics' configuration failed: {result.stderr}")
-        found = json.loads(result.stdout)
+        found = ultralytics_probe_run()
         cache.set(key, found, timeout=None)
     return found
 
