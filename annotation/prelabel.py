@@ -16,6 +16,7 @@ from annotation.models import PrelabelRun, PrelabelState
 from annotation.services import model_class_map, suggestions_store
 from core.leases import Lease, LeaseLost, LongJob
 from core.storage import storage_get_file, storage_local_path
+from core.tasks import task_send
 from datasets.models import Image, LabelStatus
 from training.models import TrainedModel
 from training.services.models import model_local_path
@@ -56,9 +57,7 @@ def image_predict(*, image: Image, model: TrainedModel, conf: float = 0.25) -> i
 
 
 def _send(run: PrelabelRun) -> None:
-    from annotation.tasks import prelabel_run
-
-    prelabel_run.delay(run.pk)
+    task_send("annotation.prelabel_run", run.pk)
 
 
 PRELABEL_JOB = LongJob(

@@ -10,6 +10,7 @@ from annotation.models import PRELABEL_ACTIVE, PrelabelRun, Suggestion
 from annotation.shapes import CleanLabel, labels_clean
 from core.errors import ServiceError
 from core.leases import queued_until
+from core.tasks import task_send_on_commit
 from datasets.models import Dataset, DatasetClass, Image, Label, LabelKind, LabelStatus
 from datasets.services.gallery import dataset_touch
 from training.models import TrainedModel
@@ -200,8 +201,6 @@ def prelabel_start(
     conf: float = 0.25,
 ) -> PrelabelRun:
     """Queue a background run of a model over the dataset; its results land as suggestions."""
-    from annotation.tasks import prelabel_run
-
     access.require(Perm.WRITE)
     model = model_for_workspace(access=access, model_id=model_id)
     if model.task != dataset.task:
@@ -236,5 +235,5 @@ def prelabel_start(
             )
     except IntegrityError:  # a start at the same moment won (one_active_prelabel_run_per_dataset)
         raise ServiceError(busy) from None
-    transaction.on_commit(lambda: prelabel_run.delay(run.pk))
+    task_send_on_commit("annotation.prelabel_run", run.pk)
     return run

@@ -8,6 +8,7 @@ import logging
 from django.db import IntegrityError, transaction
 
 from core.leases import LeaseLost, LongJob, lease_take, queued_until
+from core.tasks import task_send, task_send_on_commit
 from datasets.models import Dataset, HealthRun, HealthRunState
 from datasets.services.health import health_run
 from workspaces.permissions import Perm
@@ -17,9 +18,7 @@ logger = logging.getLogger(__name__)
 
 
 def _send(run: HealthRun) -> None:
-    from datasets.tasks import health_run_task
-
-    health_run_task.delay(run.dataset_id)
+    task_send("datasets.health_run", run.dataset_id)
 
 
 HEALTH_JOB = LongJob(
@@ -63,9 +62,7 @@ def health_run_enqueue(*, dataset_id: int, requested_by=None, after_change: bool
             # It was queued (it will read the change), or it finished just now: queue one.
             return health_run_enqueue(dataset_id=dataset_id)
         return False
-    from datasets.tasks import health_run_task
-
-    transaction.on_commit(lambda: health_run_task.delay(dataset_id))
+    task_send_on_commit("datasets.health_run", dataset_id)
     return True
 
 

@@ -22,6 +22,7 @@ from django.db import transaction
 
 from core.leases import Lease, LeaseLost, LongJob, lease_take
 from core.storage import storage_put
+from core.tasks import task_send
 from datasets.models import (
     Blob,
     Dataset,
@@ -403,10 +404,9 @@ def _checked_images(items: Iterator, writer: "_BlobWriter") -> Iterator[tuple]:
 
 def _after_commit(dataset_id: int, blob_ids: list[int]) -> None:
     from datasets.services.health_runs import health_run_enqueue
-    from datasets.tasks import thumbnails_make_task
 
     for start in range(0, len(blob_ids), 500):
-        thumbnails_make_task.delay(blob_ids[start : start + 500])
+        task_send("datasets.thumbnails_make", blob_ids[start : start + 500])
     health_run_enqueue(dataset_id=dataset_id, after_change=True)
 
 
@@ -475,9 +475,7 @@ def import_execute(imp: Import, lease: Lease) -> Import:
 
 
 def _send(imp: Import) -> None:
-    from datasets.tasks import import_run_task
-
-    import_run_task.delay(imp.pk)
+    task_send("datasets.import_run", imp.pk)
 
 
 def _has_chunks(imp: Import) -> bool:

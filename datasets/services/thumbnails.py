@@ -12,8 +12,9 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from PIL import Image as PILImage
 
-from datasets.models import Blob
 from core.storage import storage_put
+from core.tasks import task_send
+from datasets.models import Blob
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +112,8 @@ def thumbnails_request(*, blob_ids: list[int]) -> None:
 
 
 def _enqueue(ids: list[int]) -> None:
-    from datasets.tasks import thumbnails_make_task
-
     try:
-        thumbnails_make_task.delay(ids)
+        task_send("datasets.thumbnails_make", ids)
     except Exception:
         logger.warning("could not enqueue %d thumbnails", len(ids), exc_info=True)
 

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from core.errors import ServiceError
 from core.storage import storage_delete, storage_local_path, storage_put
+from core.tasks import task_send_on_commit
 from datasets.models import Dataset, Import, ImportStatus, UploadChunk
 from workspaces.models import User
 from workspaces.permissions import Perm
@@ -277,12 +278,7 @@ def upload_complete(*, access: WorkspaceAccess, imp: Import) -> Import:
     imp.save(update_fields=["status", "received_size"])
     import_id = imp.pk
 
-    def enqueue() -> None:
-        from datasets.tasks import import_run_task
-
-        import_run_task.delay(import_id)
-
-    transaction.on_commit(enqueue)
+    task_send_on_commit("datasets.import_run", import_id)
     return imp
 
 
