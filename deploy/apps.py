@@ -10,4 +10,3 @@ class DeployConfig(AppConfig):
         from core.leases import long_job_register
 
         long_job_register("deploy.exports.EXPORT_JOB")
-        long_job_register("deploy.inspect.INSPECT_JOB")

@@ -1,12 +1,10 @@
-"""Deploy background work: ids in, load, guard, call the service. The inspection task lives
-beside its code (deploy.inspect) and is imported here so Celery's autodiscovery registers it."""
+"""Deploy background work: ids in, load, guard, call the service."""
 
 import logging
 
 from celery import shared_task
 
 from deploy.exports import EXPORT_TIMEOUT_SECONDS, export_run_once
-from deploy.inspect import model_inspect  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

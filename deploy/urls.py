@@ -1,12 +1,11 @@
 from django.urls import path
 
-from deploy import views_models
-from deploy.views import deployments, exports, public
+from deploy.views import deployments, exports, public, try_it
 
 W = "w/<slug:ws_slug>/"
 D = W + "deployments/"
 urlpatterns = [
-    *views_models.urlpatterns,
+    path(W + "models/<int:pk>/try/", try_it.model_try, name="model_try"),
     path(W + "models/<int:pk>/exports/", exports.model_exports, name="model_exports"),
     path(
         W + "models/<int:pk>/exports/start/", exports.model_export_start, name="model_export_start"

@@ -5,3 +5,8 @@ class TrainingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "training"
     verbose_name = "Training"
+
+    def ready(self) -> None:
+        from core.leases import long_job_register
+
+        long_job_register("training.services.inspection.INSPECT_JOB")

@@ -1,6 +1,11 @@
+import logging
+
 from celery import shared_task
 
+from deploy.export_process import INSPECT_TIMEOUT_SECONDS
 from training import reaper, supervisor
+
+logger = logging.getLogger(__name__)
 
 WEEK = 7 * 24 * 3600
 
@@ -15,3 +20,17 @@ def run_job(job_id: int) -> str:
 @shared_task(name="training.jobs_reap", acks_late=False)
 def jobs_reap() -> int:
     return reaper.jobs_reap()
+
+
+@shared_task(
+    name="training.model_inspect",
+    soft_time_limit=INSPECT_TIMEOUT_SECONDS + 60,
+    time_limit=INSPECT_TIMEOUT_SECONDS + 120,
+)
+def model_inspect(model_id: int, **kwargs) -> None:
+    """Inspect uploaded weights (training.services.inspection)."""
+    if kwargs:
+        logger.warning("training.model_inspect: unexpected arguments %s", sorted(kwargs))
+    from training.services.inspection import model_inspect_run
+
+    model_inspect_run(model_id=model_id)

@@ -592,7 +592,7 @@ def test_an_inspection_whose_worker_died_is_reaped_and_resumed(
 def test_a_reaped_inspector_cannot_write_over_the_next_attempt(team, short_leases):
     from core.leases import lease_take
     from deploy.export_process import WorkerAnswer
-    from deploy.inspect import INSPECT_JOB, model_inspect_record
+    from training.services.inspection import INSPECT_JOB, model_inspect_record
 
     model = trained_model_row(workspace=team.workspace, class_names=["a"])
     TrainedModel.objects.filter(pk=model.pk).update(inspect_state="pending")
@@ -611,7 +611,7 @@ def test_an_inspection_lost_too_often_fails_with_a_reason_the_page_shows(
     team, short_leases, settings
 ):
     from core.leases import lease_take
-    from deploy.inspect import INSPECT_JOB
+    from training.services.inspection import INSPECT_JOB
 
     model = trained_model_row(workspace=team.workspace, class_names=["a"])
     TrainedModel.objects.filter(pk=model.pk).update(inspect_state="pending")

@@ -1,14 +1,15 @@
 """Inspecting uploaded weights: a worker process checks the pickle, loads the checkpoint with
 Ultralytics (through torch's restricted unpickler) and reads its task, class names and image
 size. Until then an upload is "pending" and nothing (training, exports, inference) uses it; an
-upload that fails is deleted from storage at once, and its row says why."""
+upload that fails is deleted from storage at once, and its row says why. The task that runs
+it is training.tasks.model_inspect."""
 
 import logging
 
-from celery import shared_task
 from django.db import transaction
 
 from core.leases import Lease, LeaseLost, LongJob, lease_take
+from core.tasks import task_send
 from datasets.models import Task
 from deploy.export_process import INSPECT_TIMEOUT_SECONDS, WorkerAnswer, worker_run
 from training.models import InspectState, TrainedModel
@@ -20,7 +21,7 @@ PENDING, OK, FAILED = InspectState.PENDING, InspectState.OK, InspectState.FAILED
 
 
 def _send(model: TrainedModel) -> None:
-    model_inspect.delay(model.pk)
+    task_send("training.model_inspect", model.pk)
 
 
 # An inspection stays "pending" while it runs: its lease owner tells taken from queued.
@@ -43,16 +44,9 @@ INSPECT_JOB = LongJob(
 )
 
 
-@shared_task(
-    name="deploy.model_inspect",
-    soft_time_limit=INSPECT_TIMEOUT_SECONDS + 60,
-    time_limit=INSPECT_TIMEOUT_SECONDS + 120,
-)
-def model_inspect(model_id: int, **kwargs) -> None:
+def model_inspect_run(*, model_id: int) -> None:
     """Inspect an uploaded model. Idempotent: one no longer pending, or being inspected under
     another worker's lease, is left alone."""
-    if kwargs:
-        logger.warning("deploy.model_inspect: unexpected arguments %s", sorted(kwargs))
     lease = lease_take(INSPECT_JOB, model_id)
     if lease is None:
         return
@@ -69,7 +63,7 @@ def model_inspect(model_id: int, **kwargs) -> None:
             answer = worker_run(["inspect", str(weights)], timeout=INSPECT_TIMEOUT_SECONDS)
             if answer.error:
                 logger.info(
-                    "deploy.model_inspect %s failed: %s\n%s", model_id, answer.error, answer.log
+                    "inspection of model %s failed: %s\n%s", model_id, answer.error, answer.log
                 )
     model_inspect_record(lease=lease, weights_sha256=model.weights_sha256, answer=answer)
 
