@@ -1,6 +1,6 @@
 """Exports of trained models to other formats: starting an export (one at a time per model
 and format, a database constraint), listing and downloading them, and the background job that
-runs one through the worker process (`deploy.export_process`) under a lease (core.leases)
+runs one through the worker process (`training.weights_process`) under a lease (core.leases)
 that beat reaps when its worker died. Which formats are offered, and why others are not, is
 `deploy.export_formats`."""
 
@@ -20,10 +20,10 @@ from core.leases import Lease, LeaseLost, LongJob, lease_take, queued_until
 from core.storage import storage_delete, storage_put_file
 from core.tasks import task_send, task_send_on_commit
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
-from deploy.export_process import LOG_TAIL_CHARS, worker_run
 from deploy.models import EXPORT_ACTIVE, ExportState, ModelExport
 from training.models import InspectState, TrainedModel
 from training.services.models import model_local_path
+from training.weights_process import LOG_TAIL_CHARS, worker_run
 from workspaces.models import Workspace
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess

@@ -1,11 +1,13 @@
 from django.urls import path
 
-from deploy.views import deployments, exports, public, try_it
+from deploy.views import deployments, exports, models, public
 
 W = "w/<slug:ws_slug>/"
 D = W + "deployments/"
 urlpatterns = [
-    path(W + "models/<int:pk>/try/", try_it.model_try, name="model_try"),
+    path(W + "models/", models.model_list, name="model_list"),
+    path(W + "models/<int:pk>/try/", models.model_try, name="model_try"),
+    path(W + "models/<int:pk>/delete/", models.model_delete_view, name="model_delete"),
     path(W + "models/<int:pk>/exports/", exports.model_exports, name="model_exports"),
     path(
         W + "models/<int:pk>/exports/start/", exports.model_export_start, name="model_export_start"

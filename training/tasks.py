@@ -2,8 +2,8 @@ import logging
 
 from celery import shared_task
 
-from deploy.export_process import INSPECT_TIMEOUT_SECONDS
 from training import reaper, supervisor
+from training.weights_process import INSPECT_TIMEOUT_SECONDS
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,8 @@ urlpatterns = [
     path(JOB + "log.txt", jobs.job_log, name="job_log"),
     # Server-sent events, served by an async view (training.live).
     path("w/<slug:ws_slug>/jobs/<int:pk>/events", live.job_events, name="job_events"),
-    path(W + "models/", models.model_list, name="model_list"),
     path(W + "models/<int:pk>/", models.model_detail, name="model_detail"),
     path(W + "models/<int:pk>/weights/", models.model_weights, name="model_weights"),
     path(W + "models/<int:pk>/promote/", models.model_promote_view, name="model_promote"),
-    path(W + "models/<int:pk>/delete/", models.model_delete_view, name="model_delete"),
     path(W + "projects/<int:pk>/models/upload/", models.model_upload_view, name="model_upload"),
 ]

@@ -1,2 +1,3 @@
-"""Deploy's pages: dedicated endpoints (deployments), model exports, and a model's try-it page
-(in its workspace, and a public model's). urls.py names each view by its module."""
+"""Deploy's pages: dedicated endpoints (deployments), model exports, the workspace's Models
+page (list, try-it, delete), and the public model's try-it page. urls.py names each view by
+its module."""

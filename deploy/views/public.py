@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET
 
 from core.http import HtmxHttpRequest
 from deploy.selectors import model_public_get
-from deploy.views.try_it import try_context
+from deploy.views.models import try_context
 
 
 @login_required

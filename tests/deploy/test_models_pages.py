@@ -10,6 +10,7 @@ from django.urls import reverse
 from annotation.models import PrelabelRun
 from core.errors import ServiceError
 from deploy.models import Deployment, ModelExport
+from deploy.services import model_delete
 from tests.datasets.factories import DatasetFactory
 from tests.training.factories import (
     finished_job,
@@ -20,7 +21,6 @@ from tests.training.factories import (
 )
 from tests.workspaces.factories import ProjectFactory
 from training.models import JobState, TrainedModel
-from training.services.models import model_delete
 from workspaces.models import Membership
 
 pytestmark = pytest.mark.django_db

@@ -269,7 +269,7 @@ def _model_server_load(weights: Path) -> str:
 
 
 def _worker(*args: str) -> str:
-    from deploy.export_process import worker_run
+    from training.weights_process import worker_run
 
     return worker_run(list(args), timeout=300).error
 

@@ -591,8 +591,8 @@ def test_an_inspection_whose_worker_died_is_reaped_and_resumed(
 
 def test_a_reaped_inspector_cannot_write_over_the_next_attempt(team, short_leases):
     from core.leases import lease_take
-    from deploy.export_process import WorkerAnswer
     from training.services.inspection import INSPECT_JOB, model_inspect_record
+    from training.weights_process import WorkerAnswer
 
     model = trained_model_row(workspace=team.workspace, class_names=["a"])
     TrainedModel.objects.filter(pk=model.pk).update(inspect_state="pending")

@@ -111,7 +111,7 @@ def test_assist_suggests_from_each_task(matrix, restricted, task):
 
 
 def test_inspection_reads_a_trained_classifier_and_a_resumable_checkpoint(matrix):
-    from deploy.export_process import worker_run
+    from training.weights_process import worker_run
 
     for path, task in (
         (matrix["runs"]["yolo26n-cls"]["best"], "classify"),

@@ -11,9 +11,9 @@ from django.db import transaction
 from core.leases import Lease, LeaseLost, LongJob, lease_take
 from core.tasks import task_send
 from datasets.models import Task
-from deploy.export_process import INSPECT_TIMEOUT_SECONDS, WorkerAnswer, worker_run
 from training.models import InspectState, TrainedModel
 from training.services.models import model_local_path, model_weights_delete
+from training.weights_process import INSPECT_TIMEOUT_SECONDS, WorkerAnswer, worker_run
 
 logger = logging.getLogger(__name__)
 

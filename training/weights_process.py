@@ -1,4 +1,4 @@
-"""The worker process every use of user weights goes through: `deploy.export_worker`, which
+"""The worker process every use of user weights goes through: `training.weights_worker`, which
 alone imports torch, run in a session of its own with a time limit, read back as progress
 lines, an answer and the tail of its log. Exports and inspections of uploads both call it."""
 
@@ -40,12 +40,12 @@ def worker_run(
     timeout: float,
     on_progress: Callable[[int, str], None] | None = None,
 ) -> WorkerAnswer:
-    """Run `python -m deploy.export_worker <args>` in a session of its own, killed with all
+    """Run `python -m training.weights_worker <args>` in a session of its own, killed with all
     its children past `timeout` seconds; its answer, progress and the tail of its log."""
     answer = WorkerAnswer()
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module, arguments are paths and keys
-            [sys.executable, "-m", "deploy.export_worker", *args],
+            [sys.executable, "-m", "training.weights_worker", *args],
             cwd=ROOT,
             env=_worker_env(),
             stdin=subprocess.DEVNULL,

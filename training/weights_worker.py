@@ -2,8 +2,8 @@
 uploaded checkpoint. Web and Celery processes never import torch or Ultralytics for this; they
 start this module and read its answers.
 
-    python -m deploy.export_worker export <weights.pt> <format> <outdir>
-    python -m deploy.export_worker inspect <weights.pt>
+    python -m training.weights_worker export <weights.pt> <format> <outdir>
+    python -m training.weights_worker inspect <weights.pt>
 
 One JSON object per line on stdout: {"progress": 0-100, "message": ...} while it works, then
 {"result": {...}} or {"error": "..."}. Everything else anyone prints (Ultralytics, PNNX, OpenVINO,
