@@ -5,18 +5,23 @@ from core.pages import page_part_register
 
 
 def page_parts_wire() -> None:
+    from deploy.exports import exports_panel
     from deploy.selectors import inference_usage, models_public_for_dataset
     from training.selectors import job_costs
 
-    def billing_job_costs(*, account, **_):
-        return job_costs(account=account)
+    def billing_job_costs(*, account, **_) -> dict:
+        return {"job_costs": job_costs(account=account)}
 
-    def billing_inference(*, access, **_):
-        return inference_usage(workspace=access.workspace)
+    def billing_inference(*, access, **_) -> dict:
+        return {"inference": inference_usage(workspace=access.workspace)}
 
-    def public_dataset_models(*, dataset, **_):
-        return models_public_for_dataset(dataset=dataset)
+    def public_dataset_models(*, dataset, **_) -> dict:
+        return {"public_models": models_public_for_dataset(dataset=dataset)}
 
-    page_part_register("billing_page", "job_costs", billing_job_costs)
-    page_part_register("billing_page", "inference", billing_inference)
-    page_part_register("public_dataset_page", "public_models", public_dataset_models)
+    def model_exports(*, access, model, **_) -> dict:
+        return exports_panel(access=access, model=model)
+
+    page_part_register("billing_page", "training.job_costs", billing_job_costs)
+    page_part_register("billing_page", "deploy.inference", billing_inference)
+    page_part_register("public_dataset_page", "deploy.public_models", public_dataset_models)
+    page_part_register("model_page", "deploy.exports", model_exports)

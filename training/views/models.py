@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from core.errors import ServiceError
 from core.files import stored_file_response
-from deploy.exports import exports_panel
+from core.pages import page_parts
 from training import selectors
 from training.services.models import model_promote, model_upload
 from training.views.job_page import metric_groups
@@ -29,7 +29,7 @@ def model_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
             "access": access,
             "model": model,
             "metrics": metric_groups(model.metrics),
-            **exports_panel(access=access, model=model),
+            **page_parts("model_page", access=access, model=model),  # exports (deploy)
         },
     )
 
