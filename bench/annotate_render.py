@@ -91,7 +91,7 @@ def _setup(boxes: int):
     from datasets.services.datasets import dataset_create
     from workspaces.models import User
     from workspaces.selectors import workspace_access_for_user
-    from workspaces.services import workspace_create_team
+    from workspaces.services.workspaces import workspace_create_team
 
     plans_seed()
     user, _ = User.objects.get_or_create(email="bench-annotate@example.com")

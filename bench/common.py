@@ -72,7 +72,7 @@ def demo_setup(work: Path, email: str, copies: int = 1) -> DemoSetup:
     from training.services.catalog import gpu_catalog_seed
     from workspaces.models import Project, User
     from workspaces.selectors import workspace_access_for_user
-    from workspaces.services import workspace_create_team
+    from workspaces.services.workspaces import workspace_create_team
 
     gpu_catalog_seed()
     user, _ = User.objects.get_or_create(email=email)

@@ -40,7 +40,7 @@ def main() -> None:
     from billing.plans import plans_seed
     from datasets.models import Blob, Dataset, DatasetClass, Image, Label
     from workspaces.models import User
-    from workspaces.services import workspace_create_team
+    from workspaces.services.workspaces import workspace_create_team
 
     plans_seed()
     user, _ = User.objects.get_or_create(email="bench-gallery@example.com")

@@ -97,7 +97,7 @@ def main() -> None:
     from datasets.services.thumbnails import thumbnails_make
     from workspaces.models import User
     from workspaces.selectors import workspace_access_for_user
-    from workspaces.services import workspace_create_team
+    from workspaces.services.workspaces import workspace_create_team
 
     plans_seed()
     user, _ = User.objects.get_or_create(email="bench@example.com")

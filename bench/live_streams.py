@@ -122,7 +122,7 @@ def main() -> None:
     from training.models import JobState, TrainingJob
     from training.services.catalog import gpu_catalog_seed
     from workspaces.models import Project, User
-    from workspaces.services import workspace_create_team
+    from workspaces.services.workspaces import workspace_create_team
 
     gpu_catalog_seed()
     user, _ = User.objects.get_or_create(email="bench-live@example.com")

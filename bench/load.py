@@ -154,7 +154,7 @@ def seed(work: Path, copies: int) -> Seeded:
     from training.services.jobs import job_locked, job_submit, job_transition
     from training.services.models import model_upload
     from training.supervisor import lease_take
-    from workspaces.services import api_key_create
+    from workspaces.services.keys import api_key_create
 
     demo = demo_setup(work, f"bench-load-{secrets.token_hex(3)}@example.com", copies=copies)
     plan_unlimited_predict(demo.team)

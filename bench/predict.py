@@ -222,7 +222,8 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
     from training.models import TrainedModel
     from workspaces.models import Project, User
     from workspaces.selectors import workspace_access_for_user
-    from workspaces.services import api_key_create, workspace_create_team
+    from workspaces.services.keys import api_key_create
+    from workspaces.services.workspaces import workspace_create_team
 
     tag = secrets.token_hex(4)
     user, _ = User.objects.get_or_create(email="bench-predict@example.com")

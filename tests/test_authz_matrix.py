@@ -24,7 +24,8 @@ from tests.datasets.factories import (
 )
 from tests.workspaces.factories import ProjectFactory
 from workspaces.models import ApiKeyScope, Invitation, Membership
-from workspaces.services import api_key_create, invitation_token
+from workspaces.services.invitations import invitation_token
+from workspaces.services.keys import api_key_create
 
 ROLES = ["viewer", "editor", "admin", "owner"]
 ACTORS = ["anonymous", *ROLES, "stranger"]

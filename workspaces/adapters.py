@@ -1,7 +1,7 @@
 from allauth.account.adapter import DefaultAccountAdapter
 from django.db import transaction
 
-from workspaces.services import workspace_create_personal
+from workspaces.services.workspaces import workspace_create_personal
 
 
 class AccountAdapter(DefaultAccountAdapter):

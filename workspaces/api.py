@@ -8,15 +8,16 @@ from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 from ninja.security import APIKeyCookie, HttpBearer
 
-from workspaces import selectors, services
+from workspaces import selectors
 from workspaces.models import ApiKey, ApiKeyScope, Membership
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
+from workspaces.services import keys, members, projects
 
 
 class ApiKeyAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
-        return services.api_key_authenticate(raw=token)
+        return keys.api_key_authenticate(raw=token)
 
 
 class SessionAuth(APIKeyCookie):
@@ -144,7 +145,7 @@ def member_list(request, slug: str):
 def member_update(request, slug: str, member_id: int, payload: RoleIn):
     access = api_access(request, slug, Perm.MANAGE_MEMBERS)
     membership = selectors.membership_get(workspace=access.workspace, pk=member_id)
-    membership = services.membership_change_role(
+    membership = members.membership_change_role(
         access=access, membership=membership, role=payload.role
     )
     return membership
@@ -154,7 +155,7 @@ def member_update(request, slug: str, member_id: int, payload: RoleIn):
 def member_remove(request, slug: str, member_id: int):
     access = api_access(request, slug, Perm.MANAGE_MEMBERS)
     membership = selectors.membership_get(workspace=access.workspace, pk=member_id)
-    services.membership_remove(access=access, membership=membership)
+    members.membership_remove(access=access, membership=membership)
     return Status(204, None)
 
 
@@ -168,7 +169,7 @@ def project_list(request, slug: str):
 @router.post("/workspaces/{slug}/projects", response={201: ProjectOut}, tags=["projects"])
 def project_create(request, slug: str, payload: ProjectIn):
     access = api_access(request, slug, Perm.WRITE)
-    project = services.project_create(
+    project = projects.project_create(
         access=access, name=payload.name, description=payload.description
     )
     return Status(201, project)
@@ -184,7 +185,7 @@ def project_get(request, slug: str, project_id: int):
 def project_update(request, slug: str, project_id: int, payload: ProjectPatch):
     access = api_access(request, slug, Perm.WRITE)
     project = selectors.project_get(workspace=access.workspace, pk=project_id)
-    return services.project_update(
+    return projects.project_update(
         access=access,
         project=project,
         name=payload.name if payload.name is not None else project.name,
@@ -196,7 +197,7 @@ def project_update(request, slug: str, project_id: int, payload: ProjectPatch):
 def project_delete(request, slug: str, project_id: int):
     access = api_access(request, slug, Perm.WRITE)
     project = selectors.project_get(workspace=access.workspace, pk=project_id)
-    services.project_delete(access=access, project=project, confirm_name=project.name)
+    projects.project_delete(access=access, project=project, confirm_name=project.name)
     return Status(204, None)
 
 
@@ -210,7 +211,7 @@ def key_list(request, slug: str):
 def key_create(request, slug: str, payload: KeyIn):
     """Create a key. The `key` field is shown only in this response; store it now."""
     access = api_access(request, slug, Perm.MANAGE_KEYS)
-    key, raw = services.api_key_create(
+    key, raw = keys.api_key_create(
         access=access, name=payload.name, scopes=payload.scopes, expires_at=payload.expires_at
     )
     return Status(201, KeyCreated(**KeyOut.from_orm(key).dict(), key=raw))
@@ -219,7 +220,7 @@ def key_create(request, slug: str, payload: KeyIn):
 @router.delete("/workspaces/{slug}/keys/{key_id}", response={204: None}, tags=["keys"])
 def key_revoke(request, slug: str, key_id: int):
     access = api_access(request, slug, Perm.MANAGE_KEYS)
-    services.api_key_revoke(
+    keys.api_key_revoke(
         access=access, key=selectors.api_key_get(workspace=access.workspace, pk=key_id)
     )
     return Status(204, None)

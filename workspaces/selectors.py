@@ -239,7 +239,7 @@ def _row_for_presented_key(queryset, *, pk: int, key: PresentedKey, not_found: s
         )
     )
     if row is None:
-        from workspaces.services import api_key_authenticate  # the key on its own: 401 or 404
+        from workspaces.services.keys import api_key_authenticate  # the key on its own: 401 or 404
 
         if api_key_authenticate(raw=key.raw) is None:
             raise KeyRefused

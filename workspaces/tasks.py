@@ -2,7 +2,7 @@ import logging
 
 from celery import shared_task
 
-from workspaces.services import invitations_purge_expired
+from workspaces.services.invitations import invitations_purge_expired
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from billing.models import CreditAccount, EntryKind, LedgerEntry
 from billing.tasks import grant_monthly_task
 from core.errors import ServiceError
 from core.money import MICRO
-from workspaces.services import workspace_delete
+from workspaces.services.workspaces import workspace_delete
 
 pytestmark = pytest.mark.django_db
 

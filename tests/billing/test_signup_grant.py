@@ -15,7 +15,7 @@ from billing.models import CreditAccount, EntryKind, LedgerEntry
 from core.money import MICRO
 from tests.workspaces.factories import PASSWORD, UserFactory
 from workspaces.models import Workspace
-from workspaces.services import workspace_create_team
+from workspaces.services.workspaces import workspace_create_team
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from deploy.api import endpoints
 from deploy.models import Deployment, DeploymentState
 from tests.training.factories import trained_model_row
 from workspaces.models import ApiKey
-from workspaces.services import api_key_create, api_key_revoke
+from workspaces.services.keys import api_key_create, api_key_revoke
 
 APIS = {"api": api, "endpoints": endpoints}
 # What django-ninja mounts for itself (the schema, the docs, the reverse target of its root).

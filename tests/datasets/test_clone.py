@@ -23,7 +23,7 @@ from tests.datasets.factories import (
 )
 from tests.workspaces.factories import MembershipFactory, WorkspaceFactory
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 
 def _dataset(workspace, name="Kestrels", public=False, images=3, task="detect"):

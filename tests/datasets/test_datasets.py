@@ -70,7 +70,7 @@ def test_dataset_list_query_count_is_constant(team, client, django_assert_max_nu
 def test_api_creates_and_reads_a_dataset(team):
     from django.test import Client
 
-    from workspaces.services import api_key_create
+    from workspaces.services.keys import api_key_create
 
     _, raw = api_key_create(access=team.access("admin"), name="k", scopes=["read", "write"])
     api = Client(headers={"Authorization": f"Bearer {raw}"})

@@ -24,7 +24,7 @@ from datasets.services.demo import blob_store
 from datasets.services.export import export_coco, export_run, export_yolo
 from datasets.services.versions import manifest_build, version_create
 from tests.datasets.factories import DatasetClassFactory, DatasetFactory, ImageFactory, png_bytes
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 SHARED = Path(settings.BASE_DIR).parent / "shared" / "datasets"
 SAMPLES = {

@@ -42,7 +42,7 @@ from tests.browser.conftest import (  # noqa: F401 - the team's browser fixtures
     screenshot,
 )
 from tests.datasets.factories import DatasetFactory
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 CHUNK = 1024
 IMPORT_TASK = "datasets.import_run"

@@ -26,7 +26,7 @@ from tests.datasets.factories import (
     ImageFactory,
     LabelFactory,
 )
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 
 def _dataset(team, images: int = 3, name: str = "Birds"):

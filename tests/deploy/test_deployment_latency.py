@@ -14,7 +14,7 @@ from deploy.ratelimit import _redis
 from deploy.usage import PENDING, usage_flush
 from tests.annotation.weights import confident_weights_save
 from tests.training.factories import trained_model_row
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 IMAGE = (

@@ -20,7 +20,7 @@ from deploy.models import Deployment, DeploymentState
 from deploy.supervisor import deployments_check, deployments_halt, health, log_tail, process_start
 from tests.servers import free_port
 from tests.training.factories import trained_model_row
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 COCO_IMAGE = (
     Path(__file__).resolve().parents[2].parent / "shared/datasets/coco8/images/val/000000000036.jpg"

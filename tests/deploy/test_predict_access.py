@@ -22,7 +22,7 @@ from workspaces.selectors import (
     workspace_access_for_api_key,
     workspace_access_for_user,
 )
-from workspaces.services import api_key_authenticate, api_key_create
+from workspaces.services.keys import api_key_authenticate, api_key_create
 
 pytestmark = pytest.mark.django_db
 

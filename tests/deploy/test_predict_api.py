@@ -16,7 +16,7 @@ from deploy.usage import PENDING, usage_flush
 from tests.training.factories import trained_model_row
 from training.models import JobState
 from workspaces.models import Membership
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 

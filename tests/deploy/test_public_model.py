@@ -18,7 +18,7 @@ from tests.deploy.conftest import confident_copy, tiny_model_train
 from tests.training.factories import trained_model_row
 from workspaces.models import Membership
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 IMAGE = (

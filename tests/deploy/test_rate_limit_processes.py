@@ -13,7 +13,7 @@ from PIL import Image as PILImage
 from deploy.ratelimit import _redis
 from tests.servers import app_server
 from tests.training.factories import trained_model_row
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

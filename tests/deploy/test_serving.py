@@ -13,7 +13,7 @@ from deploy.models import ExportState, ModelExport, UsageDay
 from deploy.tasks import export_run
 from deploy.usage import usage_flush
 from tests.training.factories import trained_model_row
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 IMAGE = (

@@ -18,7 +18,8 @@ from tests.servers import app_server
 from tests.training.factories import job_row, local_gpu, small_version, trained_model_row
 from tests.workspaces.factories import PASSWORD, ProjectFactory, UserFactory
 from workspaces.models import ApiKey, ApiKeyScope, Membership, Role, User
-from workspaces.services import api_key_create, invitation_create, invitation_token
+from workspaces.services.invitations import invitation_create, invitation_token
+from workspaces.services.keys import api_key_create
 
 CONFIRM_LINK = re.compile(r"https?://[^\s]+/accounts/confirm-email/[^\s]+/")
 

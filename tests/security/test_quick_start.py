@@ -24,7 +24,7 @@ from config.secrets import install_secret
 from tests.security.boom_urls import MARKER
 from tests.workspaces.factories import UserFactory
 from workspaces.models import Role
-from workspaces.services import invitation_create
+from workspaces.services.invitations import invitation_create
 
 ROOT = Path(__file__).resolve().parents[2]
 # The key every quick start shared before: public, in the repository's history.

@@ -5,7 +5,7 @@ from django.test import Client
 
 from tests.training.factories import WEIGHTS, finished_job, job_row
 from training.models import JobState, TrainingJob
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 

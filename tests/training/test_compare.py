@@ -21,7 +21,7 @@ from training import selectors
 from training.models import EpochMetric, GpuType, JobState, TrainedModel
 from training.services.models import model_promote
 from workspaces.models import Project
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 

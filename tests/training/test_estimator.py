@@ -24,7 +24,7 @@ from training.estimator import (
 )
 from training.models import GpuType, JobState
 from training.services.catalog import gpu_catalog_seed
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 

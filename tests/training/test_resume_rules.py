@@ -23,7 +23,7 @@ from training.models import AttemptEnd, FailureKind, JobState, TrainedModel, Tra
 from training.reaper import jobs_reap
 from training.runner import failure_kind
 from training.services.jobs import job_resume
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@ from django.test import Client
 
 from tests.workspaces.factories import ProjectFactory
 from workspaces.models import Membership, Project
-from workspaces.services import api_key_create, api_key_revoke
+from workspaces.services.keys import api_key_create, api_key_revoke
 
 
 def _key(team, role="admin", scopes=("read", "write")):

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from tests.workspaces.factories import MembershipFactory, WorkspaceFactory
 from workspaces.models import ApiKey, Role
-from workspaces.services import api_key_authenticate, api_key_create, api_key_revoke
+from workspaces.services.keys import api_key_authenticate, api_key_create, api_key_revoke
 
 
 def _create(team, **kwargs):

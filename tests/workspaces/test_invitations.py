@@ -8,11 +8,11 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils import timezone
 
+from core.errors import ServiceError
 from tests.workspaces.factories import PASSWORD, UserFactory
 from workspaces.models import Invitation, Membership, Role
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import (
-    ServiceError,
+from workspaces.services.invitations import (
     invitation_accept,
     invitation_create,
     invitation_from_token,

@@ -2,14 +2,10 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 
+from core.errors import ServiceError
 from workspaces.models import Membership, Role
-from workspaces.services import (
-    ServiceError,
-    membership_change_role,
-    membership_leave,
-    membership_remove,
-    workspace_transfer_ownership,
-)
+from workspaces.services.members import membership_change_role, membership_leave, membership_remove
+from workspaces.services.workspaces import workspace_transfer_ownership
 
 
 def _membership(team, role):

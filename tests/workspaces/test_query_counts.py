@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from tests.workspaces.factories import MembershipFactory
 from workspaces.models import Invitation
-from workspaces.services import api_key_create
+from workspaces.services.keys import api_key_create
 
 
 def _count(client, url) -> int:

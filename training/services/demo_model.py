@@ -19,7 +19,7 @@ from training.services.catalog import LOCAL_SLUG
 from training.services.jobs import job_submit
 from workspaces.models import Project, Workspace
 from workspaces.selectors import WorkspaceAccess
-from workspaces.services import project_create
+from workspaces.services.projects import project_create
 
 DEMO_PROJECT = "Shapes"
 DEMO_JOB_NAME = "Demo model"

@@ -11,11 +11,12 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.errors import ServiceError
 from core.http import page_of
-from workspaces import selectors, services
+from workspaces import selectors
 from workspaces.decorators import workspace_view
 from workspaces.forms import ApiKeyForm
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
+from workspaces.services import keys
 
 
 @workspace_view(Perm.MANAGE_KEYS)
@@ -34,7 +35,7 @@ def api_key_list(request, access: WorkspaceAccess) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         expires = form.cleaned_data["expires_at"]
         try:
-            key, raw = services.api_key_create(
+            key, raw = keys.api_key_create(
                 access=access,
                 name=form.cleaned_data["name"],
                 scopes=form.cleaned_data["scopes"],
@@ -66,6 +67,6 @@ def api_key_list(request, access: WorkspaceAccess) -> HttpResponse:
 @require_POST
 def api_key_revoke(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     key = selectors.api_key_get(workspace=access.workspace, pk=pk)
-    services.api_key_revoke(access=access, key=key)
+    keys.api_key_revoke(access=access, key=key)
     messages.success(request, f"Revoked the key {key.name}. Calls using it now get 401.")
     return redirect("api_key_list", ws_slug=access.workspace.slug)

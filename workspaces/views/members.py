@@ -12,12 +12,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
-from workspaces import selectors, services
+from workspaces import selectors
 from workspaces.decorators import workspace_view
 from workspaces.forms import InvitationForm, RoleForm
 from workspaces.models import Role
 from workspaces.permissions import Perm, roles_assignable_by
 from workspaces.selectors import WorkspaceAccess
+from workspaces.services import invitations, members
 
 
 def _role_choices(access: WorkspaceAccess) -> dict:
@@ -52,7 +53,7 @@ def member_invite(request, access: WorkspaceAccess) -> HttpResponse:
     form = InvitationForm(request.POST, assignable=roles_assignable_by(access.role))
     if form.is_valid():
         try:
-            invitation = services.invitation_create(
+            invitation = invitations.invitation_create(
                 access=access,
                 email=form.cleaned_data["email"],
                 role=form.cleaned_data["role"],
@@ -61,7 +62,7 @@ def member_invite(request, access: WorkspaceAccess) -> HttpResponse:
         except ServiceError as e:
             form.add_error(None, str(e))
         else:
-            url = services.invitation_accept_url(
+            url = invitations.invitation_accept_url(
                 invitation, base_url=request.build_absolute_uri("/")
             )
             messages.success(
@@ -84,7 +85,7 @@ def member_role(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> H
         error = "Choose one of the roles offered."
     else:
         try:
-            services.membership_change_role(
+            members.membership_change_role(
                 access=access, membership=membership, role=form.cleaned_data["role"]
             )
         except ServiceError as e:
@@ -107,7 +108,7 @@ def member_reviewer(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     membership = selectors.membership_get(workspace=access.workspace, pk=pk)
     wanted = request.POST.get("is_reviewer") == "1"
     try:
-        services.membership_set_reviewer(access=access, membership=membership, is_reviewer=wanted)
+        members.membership_set_reviewer(access=access, membership=membership, is_reviewer=wanted)
     except ServiceError as e:
         messages.error(request, str(e))
     else:
@@ -123,7 +124,7 @@ def member_reviewer(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
 def member_remove(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     membership = selectors.membership_get(workspace=access.workspace, pk=pk)
     try:
-        services.membership_remove(access=access, membership=membership)
+        members.membership_remove(access=access, membership=membership)
     except ServiceError as e:
         messages.error(request, str(e))
     else:
@@ -135,7 +136,7 @@ def member_remove(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
 @require_POST
 def invitation_revoke(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     invitation = selectors.invitation_get(workspace=access.workspace, pk=pk)
-    services.invitation_revoke(access=access, invitation=invitation)
+    invitations.invitation_revoke(access=access, invitation=invitation)
     messages.success(request, f"Withdrew the invitation to {invitation.email}.")
     return redirect("member_list", ws_slug=access.workspace.slug)
 
@@ -147,7 +148,7 @@ def invitation_accept(request, token: str) -> HttpResponse:
     the account that holds the invited address."""
     if not request.user.is_authenticated:
         try:
-            services.invitation_token_check(token)
+            invitations.invitation_token_check(token)
         except ServiceError as e:
             return _invitation_invalid(request, e)
         if request.method == "POST":
@@ -155,16 +156,16 @@ def invitation_accept(request, token: str) -> HttpResponse:
             return redirect(f"{login}?{urlencode({'next': request.path})}")
         return render(request, "workspaces/invitation_signin.html", {"next": request.path})
     try:
-        invitation = services.invitation_from_token(token)
+        invitation = invitations.invitation_from_token(token)
     except ServiceError as e:
         return _invitation_invalid(request, e)
-    state = services.invitation_address_state(invitation=invitation, user=request.user)
-    problem = services.invitation_email_problem(
+    state = invitations.invitation_address_state(invitation=invitation, user=request.user)
+    problem = invitations.invitation_email_problem(
         invitation=invitation, user=request.user, state=state
     )
     if request.method == "POST" and problem is None:
         try:
-            services.invitation_accept(invitation=invitation, user=request.user)
+            invitations.invitation_accept(invitation=invitation, user=request.user)
         except ServiceError as e:
             messages.error(request, str(e))
         else:
@@ -174,7 +175,7 @@ def invitation_accept(request, token: str) -> HttpResponse:
         "invitation": invitation,
         "problem": problem,
         # The workspace and who invited are shown only to the holder of the invited address.
-        "holds_address": state != services.InvitedAddress.ABSENT,
+        "holds_address": state != invitations.InvitedAddress.ABSENT,
     }
     return render(request, "workspaces/invitation_accept.html", context)
 

@@ -10,11 +10,12 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from core.errors import ServiceError
 from core.http import page_of
-from workspaces import selectors, services
+from workspaces import selectors
 from workspaces.decorators import workspace_view
 from workspaces.forms import ConfirmForm, ProjectForm
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
+from workspaces.services import projects
 
 
 @workspace_view(Perm.READ)
@@ -29,7 +30,7 @@ def project_create(request, access: WorkspaceAccess) -> HttpResponse:
     form = ProjectForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            project = services.project_create(
+            project = projects.project_create(
                 access=access,
                 name=form.cleaned_data["name"],
                 description=form.cleaned_data["description"],
@@ -49,7 +50,7 @@ def project_edit(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     form = ProjectForm(request.POST or None, instance=project)
     if request.method == "POST" and form.is_valid():
         try:
-            services.project_update(
+            projects.project_update(
                 access=access,
                 project=selectors.project_get(workspace=access.workspace, pk=pk),
                 name=form.cleaned_data["name"],
@@ -74,7 +75,7 @@ def project_delete(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     form = ConfirmForm(request.POST or None)
     if request.method == "POST":
         try:
-            services.project_delete(
+            projects.project_delete(
                 access=access, project=project, confirm_name=form.data.get("confirm", "")
             )
         except ServiceError as e:

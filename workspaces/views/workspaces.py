@@ -9,11 +9,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from core.errors import ServiceError
-from workspaces import selectors, services
+from workspaces import selectors
 from workspaces.decorators import workspace_view
 from workspaces.forms import ConfirmForm, TransferForm, WorkspaceForm
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
+from workspaces.services import members
+from workspaces.services import workspaces as workspace_services
 
 
 def home(request) -> HttpResponse:
@@ -21,7 +23,7 @@ def home(request) -> HttpResponse:
         return render(request, "workspaces/landing.html")
     workspace = selectors.workspace_list_for_user(user=request.user).first()
     if workspace is None:
-        workspace = services.workspace_create_personal(user=request.user)
+        workspace = workspace_services.workspace_create_personal(user=request.user)
     return redirect("workspace_detail", ws_slug=workspace.slug)
 
 
@@ -31,7 +33,7 @@ def workspace_create(request) -> HttpResponse:
     form = WorkspaceForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            workspace = services.workspace_create_team(
+            workspace = workspace_services.workspace_create_team(
                 user=request.user, name=form.cleaned_data["name"]
             )
         except ServiceError as e:
@@ -64,7 +66,7 @@ def workspace_settings(request, access: WorkspaceAccess) -> HttpResponse:
         access.require(Perm.MANAGE_WORKSPACE)
         if form.is_valid():
             try:
-                services.workspace_rename(access=access, name=form.cleaned_data["name"])
+                workspace_services.workspace_rename(access=access, name=form.cleaned_data["name"])
             except ServiceError as e:
                 form.add_error("name", str(e))
             else:
@@ -85,7 +87,9 @@ def workspace_settings(request, access: WorkspaceAccess) -> HttpResponse:
 def workspace_delete(request, access: WorkspaceAccess) -> HttpResponse:
     form = ConfirmForm(request.POST)
     try:
-        services.workspace_delete(access=access, confirm_slug=form.data.get("confirm", ""))
+        workspace_services.workspace_delete(
+            access=access, confirm_slug=form.data.get("confirm", "")
+        )
     except ServiceError as e:
         messages.error(request, str(e))
         return redirect("workspace_settings", ws_slug=access.workspace.slug)
@@ -104,7 +108,7 @@ def workspace_transfer(request, access: WorkspaceAccess) -> HttpResponse:
         workspace=access.workspace, pk=form.cleaned_data["membership"]
     )
     try:
-        services.workspace_transfer_ownership(access=access, membership=membership)
+        workspace_services.workspace_transfer_ownership(access=access, membership=membership)
     except ServiceError as e:
         messages.error(request, str(e))
     else:
@@ -117,7 +121,7 @@ def workspace_transfer(request, access: WorkspaceAccess) -> HttpResponse:
 def workspace_leave(request, access: WorkspaceAccess) -> HttpResponse:
     if request.method == "POST":
         try:
-            services.membership_leave(access=access)
+            members.membership_leave(access=access)
         except ServiceError as e:
             messages.error(request, str(e))
             return redirect("workspace_leave", ws_slug=access.workspace.slug)

@@ -10,11 +10,8 @@ from training.services.catalog import gpu_catalog_seed
 from training.services.demo_model import demo_model_seed
 from workspaces.models import Role, User, Workspace
 from workspaces.selectors import workspace_access_for_user
-from workspaces.services import (
-    user_address_confirm,
-    workspace_create_personal,
-    workspace_create_team,
-)
+from workspaces.services.invitations import user_address_confirm
+from workspaces.services.workspaces import workspace_create_personal, workspace_create_team
 
 ADMIN_EMAIL = "admin@example.com"
 DEMO_TEAM = "Demo Team"

@@ -1,0 +1,100 @@
+"""API keys: create (the plaintext shown once), revoke, and authenticate a presented secret."""
+
+import secrets
+from datetime import UTC, datetime
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import ServiceError
+from workspaces.models import (
+    ApiKey,
+    ApiKeyScope,
+)
+from workspaces.permissions import Perm
+from workspaces.selectors import (
+    API_KEY_PREFIX_BYTES,
+    PresentedKey,
+    WorkspaceAccess,
+    api_key_last_use_note,
+)
+
+API_KEY_SECRET_BYTES = 32
+
+
+@transaction.atomic
+def api_key_create(
+    *,
+    access: WorkspaceAccess,
+    name: str,
+    scopes: list[str],
+    expires_at: datetime | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key; the plaintext is returned once and never stored."""
+    access.require(Perm.MANAGE_KEYS)
+    name = name.strip()
+    if not name:
+        raise ServiceError("Give the key a name, so you know later what uses it.")
+    unknown = set(scopes) - set(ApiKeyScope.values)
+    if unknown or not scopes:
+        raise ServiceError(f"Choose scopes among: {', '.join(ApiKeyScope.values)}.")
+    if expires_at is not None and timezone.is_naive(expires_at):
+        expires_at = timezone.make_aware(expires_at, UTC)  # the API documents UTC
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ServiceError("The expiry must be in the future.")
+    parent = access.api_key
+    if parent is not None:
+        # A key making a key (it has the keys scope, checked above) hands on only what it has.
+        missing = [s for s in ApiKeyScope.values if s in scopes and s not in parent.scopes]
+        if missing:
+            raise PermissionDenied(
+                f"This API key cannot grant scopes it does not have: {', '.join(missing)}."
+            )
+        if parent.expires_at is not None and (expires_at is None or expires_at > parent.expires_at):
+            raise ServiceError(
+                "A key made by a key must expire no later than it "
+                f"({parent.expires_at:%Y-%m-%d %H:%M} UTC)."
+            )
+    prefix = secrets.token_hex(API_KEY_PREFIX_BYTES)
+    raw = f"ksk_{prefix}_{secrets.token_urlsafe(API_KEY_SECRET_BYTES)}"
+    key = ApiKey.objects.create(
+        workspace=access.workspace,
+        name=name,
+        prefix=prefix,
+        key_hash=PresentedKey(raw).hash,
+        scopes=sorted(set(scopes), key=ApiKeyScope.values.index),
+        created_by=access.user,
+        expires_at=expires_at,
+    )
+    return key, raw
+
+
+@transaction.atomic
+def api_key_revoke(*, access: WorkspaceAccess, key: ApiKey) -> None:
+    access.require(Perm.MANAGE_KEYS)
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+
+
+def api_key_authenticate(*, raw: str) -> ApiKey | None:
+    """The live key for a presented secret, or None (malformed, unknown, revoked, expired)."""
+    presented = PresentedKey(raw)
+    if presented.prefix is None:
+        return None
+    key = (
+        ApiKey.objects.select_related("workspace", "created_by")
+        .filter(prefix=presented.prefix)
+        .first()
+    )
+    if key is None or not presented.matches(key.key_hash):
+        return None
+    now = timezone.now()
+    if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
+        return None
+    if not key.created_by.is_active:
+        return None
+    if api_key_last_use_note(key_id=key.pk, last_used_at=key.last_used_at, now=now):
+        key.last_used_at = now
+    return key
