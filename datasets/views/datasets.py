@@ -1,7 +1,6 @@
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path
 from django.views.decorators.http import require_http_methods
 
 from core.errors import ServiceError
@@ -106,13 +105,3 @@ def dataset_delete(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
         "datasets/dataset_delete.html",
         {"access": access, "dataset": dataset, "form": form},
     )
-
-
-W = "w/<slug:ws_slug>/datasets/"
-urlpatterns = [
-    path(W, dataset_list, name="dataset_list"),
-    path(W + "new/", dataset_create, name="dataset_create"),
-    path(W + "<int:pk>/", dataset_detail, name="dataset_detail"),
-    path(W + "<int:pk>/edit/", dataset_edit, name="dataset_edit"),
-    path(W + "<int:pk>/delete/", dataset_delete, name="dataset_delete"),
-]

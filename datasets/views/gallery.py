@@ -13,15 +13,15 @@ from django.http import (
     QueryDict,
 )
 from django.shortcuts import redirect, render
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils.cache import get_conditional_response
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from core.files import stored_file_response
 from core.errors import ServiceError
+from core.files import stored_file_response
 from datasets import selectors
-from datasets.selectors import gallery as gallery_selectors
 from datasets.models import Dataset, Image, LabelStatus, Split
+from datasets.selectors import gallery as gallery_selectors
 from datasets.services import classes
 from datasets.services import gallery as services
 from datasets.services.thumbnails import thumbnail_placeholder, thumbnails_request
@@ -397,22 +397,3 @@ def dataset_class_delete(request, access: WorkspaceAccess, pk: int, class_pk: in
         confirm_images=dataset_class.labels.values("image").distinct().count(),
         confirm_error=error,
     )
-
-
-W = "w/<slug:ws_slug>/datasets/<int:pk>/"
-E = "explore/datasets/<int:pk>/images/<int:image_pk>/"
-urlpatterns = [
-    path(W + "images/", dataset_gallery, name="dataset_gallery"),
-    path(W + "images/bulk/", images_bulk, name="dataset_images_bulk"),
-    path(W + "images/<int:image_pk>/", image_detail, name="dataset_image_detail"),
-    path(W + "images/<int:image_pk>/file/", image_file, name="dataset_image_file"),
-    path(W + "images/<int:image_pk>/thumb/", image_thumb, name="dataset_image_thumb"),
-    path(W + "split/", dataset_split_auto, name="dataset_split_auto"),
-    path(W + "classes/", dataset_classes, name="dataset_classes"),
-    path(W + "classes/add/", dataset_class_add, name="dataset_class_add"),
-    path(W + "classes/<int:class_pk>/rename/", dataset_class_rename, name="dataset_class_rename"),
-    path(W + "classes/merge/", dataset_class_merge, name="dataset_class_merge"),
-    path(W + "classes/<int:class_pk>/delete/", dataset_class_delete, name="dataset_class_delete"),
-    path(E + "file/", public_image_file, name="public_image_file"),
-    path(E + "thumb/", public_image_thumb, name="public_image_thumb"),
-]

@@ -3,7 +3,6 @@
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
@@ -104,16 +103,3 @@ def workspace_dataset_health_policy(request, access: WorkspaceAccess) -> HttpRes
     else:
         messages.success(request, "Training is allowed whatever the dataset health check found.")
     return redirect("workspace_settings", ws_slug=access.workspace.slug)
-
-
-W = "w/<slug:ws_slug>/datasets/"
-urlpatterns = [
-    path(W + "<int:pk>/health/", dataset_health, name="dataset_health"),
-    path(W + "<int:pk>/health/run/", dataset_health_run, name="dataset_health_run"),
-    path(W + "<int:pk>/stats/", dataset_stats, name="dataset_stats"),
-    path(
-        "w/<slug:ws_slug>/settings/dataset-health/",
-        workspace_dataset_health_policy,
-        name="workspace_dataset_health_policy",
-    ),
-]

@@ -11,7 +11,7 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import path, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.errors import ServiceError
@@ -231,18 +231,3 @@ def import_detail(
     if request.htmx:
         template += "#status"
     return render(request, template, context)
-
-
-W = "w/<slug:ws_slug>/"
-urlpatterns = [
-    path(W + "datasets/<int:pk>/upload/", upload_page, name="upload_page"),
-    path(W + "datasets/<int:pk>/uploads/", upload_create, name="upload_create"),
-    path(W + "imports/<int:import_pk>/", import_detail, name="import_detail"),
-    path(W + "imports/<int:import_pk>/upload/", upload_status, name="upload_status"),
-    path(
-        W + "imports/<int:import_pk>/files/<int:file_index>/chunks/<int:chunk_index>/",
-        upload_chunk,
-        name="upload_chunk",
-    ),
-    path(W + "imports/<int:import_pk>/complete/", upload_complete, name="upload_complete"),
-]

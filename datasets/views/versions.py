@@ -8,7 +8,7 @@ from django.db.models import Count, F, Q, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import NoReverseMatch, path, reverse
+from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from core.errors import ServiceError
@@ -275,17 +275,3 @@ def dataset_clone_view(request, access: WorkspaceAccess, pk: int) -> HttpRespons
 def public_dataset_clone(request, pk: int) -> HttpResponse:
     source = selectors.dataset_public_get(pk=pk)
     return _clone(request, source, reverse("public_dataset_clone", kwargs={"pk": pk}), None)
-
-
-W = "w/<slug:ws_slug>/datasets/<int:pk>/"
-urlpatterns = [
-    path(W + "versions/", version_list, name="version_list"),
-    path(W + "versions/new/", version_create, name="version_create"),
-    path(W + "versions/<int:number>/", version_detail, name="version_detail"),
-    path(W + "versions/<int:number>/export/<slug:fmt>/", version_export, name="version_export"),
-    path(W + "export/<slug:fmt>/", dataset_export, name="dataset_export"),
-    path(W + "clone/", dataset_clone_view, name="dataset_clone"),
-    path("explore/", explore, name="explore"),
-    path("explore/<int:pk>/", public_dataset, name="public_dataset"),
-    path("explore/<int:pk>/clone/", public_dataset_clone, name="public_dataset_clone"),
-]
