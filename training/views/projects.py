@@ -19,9 +19,7 @@ PROJECT_MODELS = 10  # the current model and the latest ones; every job's model 
 @workspace_view(Perm.READ)
 def project_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     project = workspace_selectors.project_get(workspace=access.workspace, pk=pk)
-    sort, direction = selectors.run_sort_clean(
-        request.GET.get("sort"), request.GET.get("dir")
-    )
+    sort, direction = selectors.run_sort_clean(request.GET.get("sort"), request.GET.get("dir"))
     runs = selectors.project_runs(
         workspace=access.workspace, project=project, sort=sort, direction=direction
     )
