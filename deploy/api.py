@@ -40,7 +40,7 @@ def _caller(
     membership). `public`: a session outside the model's workspace may call it if it is public."""
     try:
         access, model = row_for_caller(
-            models_for_predict(),
+            models_for_predict,
             pk=model_id,
             auth=request.auth,
             user=request.user,

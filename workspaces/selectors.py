@@ -1,14 +1,19 @@
 """Reads. Every workspace-owned row is reached through `workspace_access_*` + `.for_workspace`,
 or, named by id alone, through `row_for_caller` (the row and the caller's access, one query)."""
 
+import functools
 import hashlib
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
+from django.db import connections
 from django.db.models import Count, F, FilteredRelation, Model, Q, QuerySet
+from django.db.models.query import get_related_populators
 from django.http import Http404
 from django.utils import timezone
 
@@ -144,7 +149,7 @@ def api_key_last_use_note(*, key_id: int, last_used_at, now) -> bool:
 
 
 def row_for_caller(
-    queryset: QuerySet[M],
+    queryset: QuerySet[M] | Callable[[], QuerySet[M]],
     *,
     pk: int,
     auth,
@@ -158,11 +163,14 @@ def row_for_caller(
     session), an `ApiKey` the API checked, or a `PresentedKey` checked in the same query (the
     predict path: raises KeyRefused for a bad key). An unknown id and another team's id get
     the same 404 with the same words, `not_found`: the answer never tells a stranger that the
-    id exists."""
+    id exists. `queryset` may be a function returning it: for a key, its statement is then
+    compiled once per process (the predict path's speed)."""
     if isinstance(auth, PresentedKey):
         return _row_for_presented_key(
             queryset, pk=pk, key=auth, not_found=not_found, workspace=workspace
         )
+    if callable(queryset):
+        queryset = queryset()
     api_key = auth if isinstance(auth, ApiKey) else None
     if api_key is not None:
         member_id = api_key.created_by_id
@@ -209,21 +217,15 @@ _PRESENTED_KEY_COLUMNS = {
 }
 
 
-def _row_for_presented_key(queryset, *, pk: int, key: PresentedKey, not_found: str, workspace):
-    """The row joined to the live key of that prefix in the row's workspace and to the key's
-    creator's membership there. No row: a bad key (401) or a row the key may not reach (404),
-    told apart by checking the key on its own (a refusal only: a call that succeeds is one
-    query)."""
-    prefix = key.prefix
-    if prefix is None:
-        raise KeyRefused
-    now = timezone.now()
+def _presented_key_rows(rows: QuerySet, *, workspace: str, prefix: str, now, pk: int) -> QuerySet:
+    """`rows` joined to the live key of `prefix` in the row's workspace and to the key's
+    creator's membership there, both outer joins (PostgreSQL plans it faster than inner)."""
     keys = f"{workspace}__api_keys"
     live = Q(**{f"{keys}__prefix": prefix, f"{keys}__revoked_at__isnull": True}) & (
         Q(**{f"{keys}__expires_at__isnull": True}) | Q(**{f"{keys}__expires_at__gt": now})
     )
-    row = _first(
-        queryset.select_related(f"{workspace}__plan")
+    return (
+        rows.select_related(f"{workspace}__plan")
         .annotate(
             _key=FilteredRelation(keys, condition=live),
             _member=FilteredRelation(
@@ -231,14 +233,80 @@ def _row_for_presented_key(queryset, *, pk: int, key: PresentedKey, not_found: s
                 condition=Q(**{f"{workspace}__memberships__user_id": F("_key__created_by_id")}),
             ),
         )
-        .filter(pk=pk, _key__isnull=False, _member__isnull=False)
+        .filter(pk=pk)
         .annotate(
             _member_role=F("_member__role"),
             _member_reviewer=F("_member__is_reviewer"),
             **{alias: F(f"_key__{column}") for alias, column in _PRESENTED_KEY_COLUMNS.items()},
         )
+        .order_by()[:1]
     )
-    if row is None:
+
+
+# Values no call binds, to find where the compiled statement takes the call's own.
+_PROBE_PREFIX, _PROBE_NOW, _PROBE_PK = "probe-prefix", datetime(1900, 1, 1, tzinfo=UTC), -(2**62)
+
+
+@functools.cache
+def _presented_key_statement(rows_of, workspace: str):
+    """The lookup for rows from `rows_of()`, compiled by the ORM once per process: its SQL, the
+    positions of the prefix, the time and the id among its parameters, and the compiler that
+    knows its columns. Building and compiling the query on every prediction cost more than
+    the rest of the web's work on it (bench/predict.py)."""
+    queryset = _presented_key_rows(
+        rows_of(), workspace=workspace, prefix=_PROBE_PREFIX, now=_PROBE_NOW, pk=_PROBE_PK
+    )
+    compiler = queryset.query.get_compiler(using=queryset.db)
+    sql, params = compiler.as_sql()
+    params = list(params)
+    if [params.count(v) for v in (_PROBE_PREFIX, _PROBE_NOW, _PROBE_PK)] != [1, 1, 1]:
+        return None  # a statement whose values cannot be found again: compiled per call
+    slots = tuple(params.index(v) for v in (_PROBE_PREFIX, _PROBE_NOW, _PROBE_PK))
+    return queryset.db, compiler, sql, params, slots
+
+
+def _presented_key_row(rows, *, workspace: str, prefix: str, now, pk: int):
+    """The row of `_presented_key_rows` (None for none); `rows` a function returning the
+    queryset runs the statement compiled once, a queryset is compiled for this call."""
+    statement = _presented_key_statement(rows, workspace) if callable(rows) else None
+    if statement is None:
+        queryset = rows() if callable(rows) else rows
+        found = _presented_key_rows(queryset, workspace=workspace, prefix=prefix, now=now, pk=pk)
+        return next(iter(found), None)
+    db, compiler, sql, params, slots = statement
+    bound = list(params)
+    for slot, value in zip(slots, (prefix, now, pk), strict=True):
+        bound[slot] = value
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql, bound)
+        found = cursor.fetchmany(1)
+    if not found:
+        return None
+    # As Django's ModelIterable makes an instance of a row, with the select_related objects.
+    klass_info, select = compiler.klass_info, compiler.select
+    start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+    row = next(iter(compiler.results_iter(results=[found])))
+    obj = klass_info["model"].from_db(
+        db, [column[0].target.attname for column in select[start:end]], row[start:end]
+    )
+    for populator in get_related_populators(klass_info, select, db):
+        populator.populate(row, obj)
+    for name, position in compiler.annotation_col_map.items():
+        setattr(obj, name, row[position])
+    return obj
+
+
+def _row_for_presented_key(rows, *, pk: int, key: PresentedKey, not_found: str, workspace):
+    """The row joined to the live key of that prefix in the row's workspace and to the key's
+    creator's membership there. No key or no membership: a bad key (401) or a row the key may
+    not reach (404), told apart by checking the key on its own (a refusal only: a call that
+    succeeds is one query)."""
+    prefix = key.prefix
+    if prefix is None:
+        raise KeyRefused
+    now = timezone.now()
+    row = _presented_key_row(rows, workspace=workspace, prefix=prefix, now=now, pk=pk)
+    if row is None or row._key_id is None or row._member_role is None:
         from workspaces.services.keys import api_key_authenticate  # the key on its own: 401 or 404
 
         if api_key_authenticate(raw=key.raw) is None:

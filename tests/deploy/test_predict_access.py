@@ -48,7 +48,7 @@ def _general(raw: str, model_id: int):
 def predict_access(key: PresentedKey, model_id: int):
     """What the predict API does with a presented key (deploy.api._caller)."""
     access, model = row_for_caller(
-        models_for_predict(),
+        models_for_predict,
         pk=model_id,
         auth=key,
         user=AnonymousUser(),
