@@ -5,8 +5,8 @@ from datetime import datetime
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 
-from core.files import generated_file_response
 from core.errors import ServiceError
+from core.files import generated_file_response
 from datasets import selectors
 from datasets.api import DatasetOut, dataset_out
 from datasets.models import Dataset, DatasetVersion

@@ -13,9 +13,9 @@ from PIL import Image as PILImage
 from PIL import ImageDraw, ImageFilter
 
 from core.errors import ServiceError
+from core.storage import storage_put
 from datasets.models import Blob, Dataset, DatasetClass, Image, Label, LabelKind, LabelStatus, Task
 from datasets.services.images import image_check
-from core.storage import storage_put
 from datasets.services.thumbnails import thumbnails_make
 from datasets.services.versions import _version_freeze
 from workspaces.models import Workspace
