@@ -139,6 +139,25 @@ class KeyRefused(Exception):
     """The key is unknown, wrong, revoked, expired, or its creator can no longer sign in: 401."""
 
 
+def api_key_live(presented: PresentedKey, *, now) -> ApiKey | None:
+    """The live key for a presented secret, with its workspace and creator; None when it is
+    malformed, unknown, wrong, revoked, expired, or its creator can no longer sign in."""
+    if presented.prefix is None:
+        return None
+    key = (
+        ApiKey.objects.select_related("workspace", "created_by")
+        .filter(prefix=presented.prefix)
+        .first()
+    )
+    if key is None or not presented.matches(key.key_hash):
+        return None
+    if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
+        return None
+    if not key.created_by.is_active:
+        return None
+    return key
+
+
 def api_key_last_use_note(*, key_id: int, last_used_at, now) -> bool:
     """Whether the key's last use was written now: at most once a minute per key, so a busy
     key does not write on every call."""
@@ -307,10 +326,10 @@ def _row_for_presented_key(rows, *, pk: int, key: PresentedKey, not_found: str, 
     now = timezone.now()
     row = _presented_key_row(rows, workspace=workspace, prefix=prefix, now=now, pk=pk)
     if row is None or row._key_id is None or row._member_role is None:
-        from workspaces.services.keys import api_key_authenticate  # the key on its own: 401 or 404
-
-        if api_key_authenticate(raw=key.raw) is None:
+        live = api_key_live(key, now=now)  # the key on its own: a bad key (401), or a 404
+        if live is None:
             raise KeyRefused
+        api_key_last_use_note(key_id=live.pk, last_used_at=live.last_used_at, now=now)
         raise Http404(not_found)
     if not key.matches(row._key_hash) or not row._key_user_active:
         raise KeyRefused

@@ -18,6 +18,7 @@ from workspaces.selectors import (
     PresentedKey,
     WorkspaceAccess,
     api_key_last_use_note,
+    api_key_live,
 )
 
 API_KEY_SECRET_BYTES = 32
@@ -80,20 +81,9 @@ def api_key_revoke(*, access: WorkspaceAccess, key: ApiKey) -> None:
 
 def api_key_authenticate(*, raw: str) -> ApiKey | None:
     """The live key for a presented secret, or None (malformed, unknown, revoked, expired)."""
-    presented = PresentedKey(raw)
-    if presented.prefix is None:
-        return None
-    key = (
-        ApiKey.objects.select_related("workspace", "created_by")
-        .filter(prefix=presented.prefix)
-        .first()
-    )
-    if key is None or not presented.matches(key.key_hash):
-        return None
     now = timezone.now()
-    if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
-        return None
-    if not key.created_by.is_active:
+    key = api_key_live(PresentedKey(raw), now=now)
+    if key is None:
         return None
     if api_key_last_use_note(key_id=key.pk, last_used_at=key.last_used_at, now=now):
         key.last_used_at = now
