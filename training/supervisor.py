@@ -19,7 +19,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import BinaryIO
 
 import redis
 from django.conf import settings
@@ -39,7 +38,6 @@ from training.models import (
     JobState,
     LogChunk,
     SystemSample,
-    TrainedModel,
     TrainingAttempt,
     TrainingJob,
     WeightsSource,
@@ -69,6 +67,7 @@ from training.services.jobs import (
     lease_seconds,
 )
 from training.services.materialise import dataset_materialise
+from training.services.models import model_from_job
 from training.streams import (
     PROGRESS_TTL,
     beat_key,
@@ -719,7 +718,9 @@ class Supervisor:
             if end is not None and end.best:
                 try:
                     with self._run_file(*BEST_WEIGHTS, max_bytes=MAX_WEIGHTS_BYTES) as best:
-                        model = _model_create(job, best, end.names, self.outcome.final_metrics)
+                        model = model_from_job(
+                            job=job, best=best, names=end.names, metrics=self.outcome.final_metrics
+                        )
                 except OSError as e:
                     logger.warning("job %s: weights/best.pt not taken: %s", self.job.pk, e)
             state = JobState.STOPPED if stopped else JobState.SUCCEEDED
@@ -777,49 +778,6 @@ def _readable_error(message: str) -> str:
             f"The weights file could not be loaded; it is not a valid YOLO model. ({message[:300]})"
         )
     return message
-
-
-def _model_create(job: TrainingJob, best: BinaryIO, names: list, metrics: dict) -> TrainedModel:
-    """The job's model from its final best.pt. A stopped job resumed to the end keeps its one
-    model row, now with the final weights."""
-    import hashlib
-
-    fields = {
-        "workspace_id": job.workspace_id,
-        "project_id": job.project_id,
-        "name": f"{job.title} · {job.model_name}",
-        "task": job.task,
-        "architecture": job.model_name,
-        "class_names": names,
-        "imgsz": job.imgsz,
-        "dataset_version_id": job.dataset_version_id,
-        "train_args": {
-            "epochs": job.epochs,
-            "imgsz": job.imgsz,
-            "batch": job.batch,
-            "patience": job.patience,
-            "optimizer": job.optimizer,
-            "seed": job.seed,
-            "weights": job.weights,
-            **job.extra_args,
-        },
-        "metrics": metrics or job.latest_metrics,
-        "created_by_id": job.created_by_id,
-    }
-    model, _ = TrainedModel.objects.update_or_create(job=job, defaults=fields)
-    digest = hashlib.sha256()
-    size = 0
-    while block := best.read(1 << 20):
-        digest.update(block)
-        size += len(block)
-    best.seek(0)
-    model.weights_sha256 = digest.hexdigest()
-    # Content-addressed key: a deployment of the earlier weights keeps reading those bytes.
-    model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
-    model.weights_size = size
-    storage_put(model.weights_key, best, replace=True)
-    model.save(update_fields=["weights_key", "weights_size", "weights_sha256"])
-    return model
 
 
 def run_job(job_id: int) -> str:

@@ -6,17 +6,24 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
 from core.errors import ServiceError
-from core.storage import storage_delete, storage_get_file, storage_local_path, storage_put_file
+from core.storage import (
+    storage_delete,
+    storage_get_file,
+    storage_local_path,
+    storage_put,
+    storage_put_file,
+)
 from core.tasks import task_send_on_commit
 from datasets.models import Task
 from datasets.services.ingest import display_name
-from training.models import InspectState, TrainedModel
+from training.models import InspectState, TrainedModel, TrainingJob
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -134,3 +141,44 @@ def model_weights_delete(*, model: TrainedModel) -> None:
         return
     storage_delete(model.weights_key)
     _model_cache_path(model, model.weights_key).unlink(missing_ok=True)  # S3's local copy
+
+
+def model_from_job(*, job: TrainingJob, best: BinaryIO, names: list, metrics: dict) -> TrainedModel:
+    """The job's model from its final best.pt. A stopped job resumed to the end keeps its one
+    model row, now with the final weights."""
+    fields = {
+        "workspace_id": job.workspace_id,
+        "project_id": job.project_id,
+        "name": f"{job.title} · {job.model_name}",
+        "task": job.task,
+        "architecture": job.model_name,
+        "class_names": names,
+        "imgsz": job.imgsz,
+        "dataset_version_id": job.dataset_version_id,
+        "train_args": {
+            "epochs": job.epochs,
+            "imgsz": job.imgsz,
+            "batch": job.batch,
+            "patience": job.patience,
+            "optimizer": job.optimizer,
+            "seed": job.seed,
+            "weights": job.weights,
+            **job.extra_args,
+        },
+        "metrics": metrics or job.latest_metrics,
+        "created_by_id": job.created_by_id,
+    }
+    model, _ = TrainedModel.objects.update_or_create(job=job, defaults=fields)
+    digest = hashlib.sha256()
+    size = 0
+    while block := best.read(1 << 20):
+        digest.update(block)
+        size += len(block)
+    best.seek(0)
+    model.weights_sha256 = digest.hexdigest()
+    # Content-addressed key: a deployment of the earlier weights keeps reading those bytes.
+    model.weights_key = f"models/{model.pk}/{model.weights_sha256[:16]}.pt"
+    model.weights_size = size
+    storage_put(model.weights_key, best, replace=True)
+    model.save(update_fields=["weights_key", "weights_size", "weights_sha256"])
+    return model
