@@ -103,7 +103,7 @@ def test_redis_killed_for_a_second_mid_epoch_costs_the_run_nothing(
     """Fault: Redis (broker, streams, keys) killed with SIGKILL for 1 s while the job trains.
     Before: the supervisor's stream read raised, the trainer was killed and the job failed
     ("Kestrel lost track of the run")."""
-    faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a 9 s lease: room on a busy machine
+    faulty.env_extra["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a 9 s lease: room on a busy machine
     epochs = 10
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
@@ -122,7 +122,7 @@ def test_redis_gone_for_15_s_and_back_empty_costs_the_run_nothing(
     """Fault: Redis killed for 15 s and started again without its data (streams, the attempt's
     fence, queues and keys gone), shorter than the lease (6 s heartbeats: 18 s). The trainer
     keeps its events on disk meanwhile and sends them once Redis is back."""
-    faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "6"
+    faulty.env_extra["TRAINING_HEARTBEAT_SECONDS"] = "6"
     epochs = 24
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
@@ -198,8 +198,8 @@ def test_a_trainer_reporting_over_http_outlives_the_web_server_killed_mid_run(
     web = WebProcess()
     web.env.update(TRAINING_REDIS_URL=faulty.env["TRAINING_REDIS_URL"])
     web.start()
-    faulty.env["TRAINING_EVENTS_URL"] = web.url
-    faulty.env["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a lease (9 s) longer than the outage
+    faulty.env_extra["TRAINING_EVENTS_URL"] = web.url
+    faulty.env_extra["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a lease (9 s) longer than the outage
     epochs = 16
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
