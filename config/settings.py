@@ -279,7 +279,6 @@ CELERY_BEAT_SCHEDULE = {
     # LONG_JOB_MAX_ATTEMPTS, for every kind the apps registered (core/leases.py). Training
     # keeps its own lease, reaped alike.
     "long-jobs-reap": {"task": "core.long_jobs_reap", "schedule": 60.0},
-    "training-jobs-reap": {"task": "training.jobs_reap", "schedule": 60.0},
     "blobs-collect-garbage": {
         "task": "datasets.blobs_collect_garbage",
         "schedule": crontab(hour=3, minute=41),

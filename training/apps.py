@@ -10,3 +10,4 @@ class TrainingConfig(AppConfig):
         from core.leases import long_job_register
 
         long_job_register("training.services.inspection.INSPECT_JOB")
+        long_job_register("training.reaper.jobs_reap")  # its own rule: resume from a checkpoint

@@ -1,4 +1,4 @@
-"""Training jobs whose attempt went silent: beat's `training.jobs_reap` resumes a job whose
+"""Training jobs whose attempt went silent: beat's `core.long_jobs_reap` resumes a job whose
 supervisor stopped beating for the length of its lease (its worker died) from its last stored
 checkpoint, or fails it after too many losses, and sends again a queued job whose message was
 lost. The row owns the state, with a lease its supervisor renews (Read the Docs'

@@ -2,7 +2,7 @@ import logging
 
 from celery import shared_task
 
-from training import reaper, supervisor
+from training import supervisor
 from training.weights_process import INSPECT_TIMEOUT_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -15,11 +15,6 @@ WEEK = 7 * 24 * 3600
 @shared_task(name="training.run_job", acks_late=False, soft_time_limit=WEEK, time_limit=WEEK)
 def run_job(job_id: int) -> str:
     return supervisor.run_job(job_id)
-
-
-@shared_task(name="training.jobs_reap", acks_late=False)
-def jobs_reap() -> int:
-    return reaper.jobs_reap()
 
 
 @shared_task(
