@@ -1,9 +1,10 @@
 # Kestrel: one image for web (uvicorn), Celery workers and beat. See docker-compose.yml.
 FROM python:3.11-slim
 
-# PYTHONPATH=/app: every process (uvicorn, celery, manage.py) imports config/, workspaces/ and
-# billing/ from /app, never the copy `pip install .` puts in site-packages, so BASE_DIR is /app
-# and templates/, static/ and var/ are found.
+# PYTHONPATH=/app: every process (uvicorn, celery, manage.py) imports the apps from /app rather
+# than the copy `pip install .` puts in site-packages (a wheel that runs on its own too, with its
+# templates and static files: tests/config/test_wheel.py), so BASE_DIR is /app and var/, the one
+# folder the kestrel user may write, is /app/var.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONPATH=/app \
