@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 
 
 def task_send(name: str, *args) -> None:
-    current_app.send_task(name, args=list(args))
+    current_app.send_task(name, args=args)  # a tuple, as `.delay` sends it
 
 
 def task_send_on_commit(name: str, *args, robust: bool = False) -> None:

@@ -196,7 +196,7 @@ def test_a_trainer_reporting_over_http_outlives_the_web_server_killed_mid_run(
     from tests.servers import WebProcess
 
     web = WebProcess()
-    web.env.update(TRAINING_REDIS_URL=faulty.env["TRAINING_REDIS_URL"])
+    web.env.update(TRAINING_REDIS_URL=faulty.env_extra["TRAINING_REDIS_URL"])
     web.start()
     faulty.env_extra["TRAINING_EVENTS_URL"] = web.url
     faulty.env_extra["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a lease (9 s) longer than the outage
