@@ -24,13 +24,37 @@ SLOW_FIRST = (
     "tests/training/test_engine.py",
     "tests/browser/",
 )
+# A test is `slow` (seconds to minutes: `-m "not slow"` leaves it out of a quick run) when it
+# is in one of those files or uses what starts real processes or trains real models.
+SLOW_FIXTURES = {
+    "workers",  # Celery workers that train
+    "celery_worker_process",
+    "asgi_server",  # uvicorn in a process of its own
+    "chromium_browser",  # and every browser fixture built on it
+    "inference_server",
+    "yolo_models",  # trained once a session: minutes the first time
+    "confident_yolo_models",
+    "confident_weights",
+    "matrix",  # every task and family trained and resumed
+    "detect_weights",
+    "detector",
+    "published_weights",
+    "model_server",
+}
 
 
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         path = item.nodeid  # tests/reliability/test_x.py::test_y
-        return next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), len(SLOW_FIRST))
+        first = next((i for i, p in enumerate(SLOW_FIRST) if path.startswith(p)), None)
+        if first is not None:
+            return first
+        return len(SLOW_FIRST) + (0 if item.get_closest_marker("slow") else 1)
 
+    for item in items:
+        in_slow_file = item.nodeid.startswith(SLOW_FIRST)
+        if in_slow_file or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=rank)  # stable: each file keeps its own order
 
 
