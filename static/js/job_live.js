@@ -784,7 +784,10 @@
         note("Reconnecting…");
       }
     });
-    stream.addEventListener("snapshot", function (event) { applySnapshot(parse(event)); });
+    stream.addEventListener("snapshot", function (event) {
+      applySnapshot(parse(event));
+      root.dataset.snapshot = "applied"; // for tests: what follows comes as events
+    });
     stream.addEventListener("state", function (event) { applyJob(parse(event)); });
     stream.addEventListener("watch", function (event) {
       job.watch = parse(event);

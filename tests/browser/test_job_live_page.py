@@ -155,7 +155,9 @@ def test_the_job_page_follows_a_run_without_reloading(
     log_in(page, team.editor.email, base)
     page.goto(f"{base}/w/acme/training/jobs/{job.pk}/")
     page.evaluate("window.__samePage = true")
-    page.locator("#job-live[data-stream=open]").wait_for()
+    # The stream opens (its headers) before the server has taken the snapshot: a batch sent in
+    # between would come inside the snapshot, not as the event the steps below watch for.
+    page.locator("#job-live[data-stream=open][data-snapshot=applied]").wait_for()
 
     # The snapshot: epoch 1 on the charts, one line in the console.
     _wait_points(page, "quality", 1)
@@ -366,7 +368,7 @@ def test_the_header_says_when_nobody_is_watching_the_run(
     assert watch.is_visible()
     assert watch.inner_text().startswith("No word from the machine for 2")
     assert "resume it from its epoch 10 checkpoint if it does not come back" in watch.inner_text()
-    page.locator("#job-live[data-stream=open]").wait_for()
+    page.locator("#job-live[data-stream=open][data-snapshot=applied]").wait_for()
     screenshot(page, "late-heartbeat")
 
     # The reaper gives the attempt up: the job is queued again, as lost.

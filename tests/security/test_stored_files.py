@@ -100,9 +100,9 @@ def stored(team, stranger) -> dict[str, Served]:
     project = ProjectFactory(workspace=team.workspace)
     job = finished_job(project=project, version=version, gpu=local_gpu(), user=team.owner)
     best, results_csv = b"best checkpoint bytes", b"epoch,metrics/mAP50(B)\n1,0.5\n"
-    storage_put(job.best_key, best)
+    storage_put(job.best_key, best, replace=True)  # ids start again on SQLite: keys too
     results_key = f"training/jobs/{job.pk}/results.csv"
-    storage_put(results_key, results_csv)
+    storage_put(results_key, results_csv, replace=True)
     job.artifacts = {
         **job.artifacts,
         "best.pt (training)": job.best_key,
@@ -124,7 +124,7 @@ def stored(team, stranger) -> dict[str, Served]:
     )
     export_bytes = b"onnx export bytes"
     export.file_key = f"exports/{trained.pk}/{export.pk}/{export_filename(export)}"
-    storage_put(export.file_key, export_bytes)
+    storage_put(export.file_key, export_bytes, replace=True)
     export.save(update_fields=["file_key"])
 
     def job_file(name: str) -> str:
@@ -456,7 +456,7 @@ def test_a_stored_svg_or_html_never_renders_inline(stored, team):
     svg = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
     for name in ("plot.svg", "report.html"):
         key = f"training/jobs/{job.pk}/plots/{name}"
-        storage_put(key, svg)
+        storage_put(key, svg, replace=True)
         job.artifacts = {**job.artifacts, name: key}
     job.save(update_fields=["artifacts"])
     member = Client()
