@@ -130,4 +130,7 @@ status=0
 wait "$sv_pid" || status=$?
 sv_pid=""
 echo "supervisord exited (status $status): Kestrel has stopped." >&2
+# Status 0 is a stop that was asked for: Ctrl-C reaches supervisord as well as this script, and
+# when supervisord is done first, `wait` returns before the INT trap has run.
+[ "$status" -eq 0 ] && exit 0
 exit 1
