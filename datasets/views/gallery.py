@@ -19,6 +19,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from core.errors import ServiceError
 from core.files import stored_file_response
+from core.http import reverse_each
 from datasets import selectors
 from datasets.models import Dataset, Image, LabelStatus, Split
 from datasets.selectors import gallery as gallery_selectors
@@ -145,6 +146,15 @@ def _gallery_context(request, access: WorkspaceAccess, dataset: Dataset) -> dict
     page = gallery_selectors.gallery_page(dataset=dataset, flt=flt, after=after, before=before)
     missing = [image.blob_id for image in page.images if not image.blob.has_thumbnail]
     thumbnails_request(blob_ids=missing)
+    route = (access.workspace.slug, dataset.pk)
+    query = f"?{flt.querystring}" if flt.active else ""
+    detail = reverse_each("dataset_image_detail", *route, suffix=query)
+    thumb = reverse_each("dataset_image_thumb", *route)
+    annotate = reverse_each("image_annotate", *route, suffix=query)
+    for image in page.images:
+        image.detail_href = detail(image.pk)
+        image.thumb_src = thumb(image.pk)
+        image.annotate_href = annotate(image.pk)
     cursor = {k: v for k, v in (("after", after), ("before", before)) if v is not None}
     back = urlencode({**flt.params(), **cursor})
     params = flt.params()

@@ -221,6 +221,40 @@ def test_overlays_draw_each_label_kind_in_its_class_colour(client, team, ds):
     assert svg.count("<g ") == 3
 
 
+def test_overlay_titles_escape_hostile_class_names_on_both_pages(client, team, ds):
+    """The overlay is built in Python, not by the template's autoescaping: a class name is the
+    one part of it a user types."""
+    dataset = ds[0]
+    hostile = DatasetClassFactory(dataset=dataset, index=3, name='"><script>alert(1)</script>')
+    image = labelled(dataset, [(hostile, LabelKind.BOX, BOX)])
+    login(client, team, "viewer")
+    pages = (
+        url("dataset_gallery", dataset),
+        url("dataset_image_detail", dataset, image_pk=image.pk),
+    )
+    for page in pages:
+        body = client.get(page).content.decode()
+        svg = re.search(r"<svg class=\"overlay\".*?</svg>", body, re.S).group(0)
+        assert "<script>" not in svg
+        assert "<title>&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;</title>" in svg
+
+
+def test_tile_links_keep_the_filter(client, team, ds):
+    dataset, bird = ds[0], ds[1]
+    image = labelled(dataset, [(bird, LabelKind.BOX, BOX)], split="val")
+    login(client, team, "viewer")
+    body = client.get(url("dataset_gallery", dataset) + "?split=val").content.decode()
+    detail = url("dataset_image_detail", dataset, image_pk=image.pk)
+    thumb = url("dataset_image_thumb", dataset, image_pk=image.pk)
+    annotate = reverse(
+        "image_annotate",
+        kwargs={"ws_slug": dataset.workspace.slug, "pk": dataset.pk, "image_pk": image.pk},
+    )
+    assert f'href="{detail}?split=val"' in body
+    assert f'src="{thumb}"' in body
+    assert f'href="{annotate}?split=val"' in body
+
+
 def test_thumbnails_missing_are_asked_for_once(
     client, team, ds, django_capture_on_commit_callbacks
 ):
