@@ -7,6 +7,7 @@ imports) and the parameters, then forward the image to a model server process
 import base64
 import binascii
 import json
+import logging
 import time
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -26,7 +27,14 @@ from workspaces.models import ApiKey
 from workspaces.selectors import WorkspaceAccess
 
 IMGSZ_RANGE = (32, 1280)
-_client = httpx.Client(timeout=httpx.Timeout(120.0, connect=2.0))
+# retries: a connection refused while the model server (re)starts is tried again at once.
+_client = httpx.Client(
+    timeout=httpx.Timeout(120.0, connect=5.0), transport=httpx.HTTPTransport(retries=2)
+)
+logger = logging.getLogger(__name__)
+# A pooled keep-alive connection the model server closed as it was reused: the request never
+# reached it, and a prediction has no side effect, so it is sent again once on a new one.
+_RESENT = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class PredictRefused(Exception):
@@ -182,6 +190,13 @@ class _CountedResponse(HttpResponse):
             super().close()
 
 
+def _model_server_post(url: str, **kwargs) -> httpx.Response:
+    try:
+        return _client.post(url, **kwargs)
+    except _RESENT:
+        return _client.post(url, **kwargs)
+
+
 def predict_forward(
     *,
     request: HttpRequest,
@@ -220,7 +235,7 @@ def predict_forward(
             raise PredictRefused(400, f"The file is not a usable image: {exc}.") from None
         path, cache_key = model_file(model)
         try:
-            answer = _client.post(
+            answer = _model_server_post(
                 f"{server_url}/predict",
                 params=params.query(),
                 content=checked.data,
@@ -240,7 +255,8 @@ def predict_forward(
                     "Content-Type": "application/octet-stream",
                 },
             )
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
+            logger.warning("model server %s: %s: %s", server_url, type(exc).__name__, exc)
             raise PredictRefused(
                 503, "The model server is not answering; it may be starting. Try again shortly."
             ) from None
