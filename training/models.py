@@ -147,6 +147,11 @@ class TrainingJob(models.Model):
     dropped_events = models.PositiveIntegerField(
         default=0, help_text="Malformed or out-of-order events from the trainer, not shown."
     )
+    resent_events = models.PositiveIntegerField(
+        default=0,
+        help_text="Events a remote trainer sent again that Kestrel already had (an answer was "
+        "lost on the way back); kept once.",
+    )
     notify_email = models.BooleanField(default=False, help_text="Email the creator at the end.")
     estimated_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="The estimator's wall time when the job was started."

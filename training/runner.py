@@ -306,9 +306,14 @@ class Events:
 class HttpEvents(Events):
     """For a trainer on a machine that cannot reach Redis (a cloud provider's): events go in
     batches to Kestrel's /trainer/ endpoint with the job's token, which appends them to the same
-    stream; each answer carries the stop request and the attempt that owns the job."""
+    stream; each answer carries the stop request, the attempt that owns the job, and up to which
+    sequence number the supervisor has stored the events (`kept`). Each event stays in the spool
+    on disk until it is kept: a lost answer, or a Redis that lost what it was given, costs a
+    resend (Kestrel ignores what it already has), never an event."""
 
     FLUSH_SECONDS = 0.5
+    POLL_SECONDS = 2.0  # with nothing new to send, how often to ask what is kept
+    KEPT_STALL_SECONDS = 30.0  # sent but not kept for this long: sent again
     URGENT = ("checkpoint", "train_end", "final", "done", "error")
 
     def __init__(self, spec: dict):
@@ -319,13 +324,16 @@ class HttpEvents(Events):
         self._seq = 0
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self.spool = Spool(  # what Kestrel has not taken yet, on this machine's disk
+        self.spool = Spool(  # what Kestrel has not stored yet, on this machine's disk
             Path(spec["checkpoint_dir"]).parent / "events.spool",
             int(spec.get("spool_max_bytes", SPOOL_MAX_BYTES)),
         )
+        self.kept_stall = float(spec.get("kept_stall_seconds", self.KEPT_STALL_SECONDS))
         self._failing = False
         self._fence: str | None = None
         self._control: str | None = None
+        self._kept_at = time.monotonic()  # when `kept` last moved (or nothing was waiting)
+        self._polled = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -350,17 +358,32 @@ class HttpEvents(Events):
         with self._send_lock:
             while True:
                 with self._lock:
+                    self._stalled_rewind()
                     batch, offset = _first_batch(self.spool.read(MAX_EVENTS) if self.spool else [])
-                if not batch or not self._send(batch, tries=tries):
+                    waiting = self.spool.kept < self.spool.size
+                if not batch:
+                    if waiting and time.monotonic() - self._polled >= self.POLL_SECONDS:
+                        self._send([], tries=1)  # only to hear what is kept
                     return
-                with self._lock:
-                    self.spool.advance(offset)
+                if not self._send(batch, tries=tries, offset=offset):
+                    return
 
-    def _send(self, batch: list[dict], *, tries: int) -> bool:
-        """POST one batch; True once it is off the pending list (taken, or refused as
-        malformed: resending it would be refused again)."""
+    def _stalled_rewind(self) -> None:
+        """Under the lock: what went out long ago and is still not kept is sent again (the
+        Redis it went to may have restarted empty)."""
+        now = time.monotonic()
+        if self.spool.kept == self.spool.size or self.spool.sent == self.spool.kept:
+            self._kept_at = now
+        elif now - self._kept_at > self.kept_stall:
+            self.spool.rewind()
+            self._kept_at = now
+
+    def _send(self, batch: list[dict], *, tries: int, offset: int = 0) -> bool:
+        """POST one batch (or none, to hear what is kept); True once Kestrel took it or refused
+        it as malformed (resending it would be refused again)."""
         import urllib.request
 
+        self._polled = time.monotonic()
         for attempt in range(tries):
             request = urllib.request.Request(  # noqa: S310 - Kestrel's own URL from the spec
                 self.url,
@@ -381,16 +404,25 @@ class HttpEvents(Events):
                     return False
                 if code == 400:
                     sys.__stderr__.write(f"kestrel: {len(batch)} events refused: {_detail(e)}\n")
-                    answer = {}
-                else:
-                    sys.__stderr__.write(f"kestrel: events not sent ({e}); retrying\n")
-                    self._failing = True
-                    time.sleep(min(2**attempt, 5))
-                    continue
+                    with self._lock:
+                        self.spool.advance(offset)  # dropped: never kept, never resent
+                    return True
+                sys.__stderr__.write(f"kestrel: events not sent ({e}); retrying\n")
+                self._failing = True
+                time.sleep(min(2**attempt, 5))
+                continue
             self._failing = False
-            if answer:
-                self._fence = str(answer.get("attempt") or self.attempt)
-                self._control = answer.get("control")
+            self._fence = str(answer.get("attempt") or self.attempt)
+            self._control = answer.get("control")
+            with self._lock:
+                if batch:
+                    self.spool.sent_to(offset)
+                kept = answer.get("kept")
+                if isinstance(kept, int) and kept > 0:
+                    before = self.spool.kept
+                    self.spool.kept_to(kept)
+                    if self.spool.kept != before:
+                        self._kept_at = time.monotonic()
             return True
         return False
 
@@ -398,16 +430,20 @@ class HttpEvents(Events):
         return self._fence, self._control
 
     def close(self) -> None:
-        """Everything emitted is delivered when this returns, unless Kestrel stayed away for
-        longer than the run's lease."""
+        """Everything emitted is delivered and stored when this returns, unless Kestrel stayed
+        away for longer than the run's lease."""
         self._stop.set()
         deadline = time.monotonic() + float(
             self.spec.get("spool_drain_seconds", SPOOL_DRAIN_SECONDS)
         )
+        self.POLL_SECONDS = SPOOL_RETRY_SECONDS  # the last word: hear "kept" soon
         while True:
             self._flush(tries=1)
             with self._lock:
-                if not self.spool or self._fence == "other" or time.monotonic() > deadline:
+                done = self.spool.kept == self.spool.size
+                if done or self._fence == "other" or time.monotonic() > deadline:
+                    if not done and self._fence != "other":
+                        sys.__stderr__.write("kestrel: Kestrel stayed away; events not stored\n")
                     return
             time.sleep(SPOOL_RETRY_SECONDS)
 

@@ -26,6 +26,11 @@ def kept_key(job_id: int) -> str:
     return f"training:job:{job_id}:kept"
 
 
+def sent_key(job_id: int, attempt: int) -> str:
+    """The highest sequence number the HTTP ingest took from this attempt's trainer."""
+    return f"training:job:{job_id}:attempt:{attempt}:sent"
+
+
 def control_key(job_id: int) -> str:
     return f"training:job:{job_id}:control"
 

@@ -2,7 +2,11 @@
 `POST /api/v1/trainer/jobs/<id>/events` with the attempt's bearer token (no session, so no CSRF
 either). Bodies are checked against the events' schema (training.event_schema) before anything
 of them is kept; a refused body is counted on the job. The events go into the same stream the
-supervising task reads; the answer tells the trainer about stop requests and fencing."""
+supervising task reads; the answer tells the trainer about stop requests and fencing, and up to
+which sequence number the supervisor has stored its events (`kept`): the trainer keeps each
+event on its disk until then, and sends again what is not kept. An event sent again that is
+already stored is ignored and counted (`resent_events`); one numbered far beyond what the
+trainer sent before is refused."""
 
 import hashlib
 import hmac
@@ -16,7 +20,13 @@ from ninja import Router
 from training.event_schema import MAX_BODY_BYTES, EventRefused, events_body_parse
 from training.models import FINAL_STATES, TrainingAttempt, TrainingJob
 from training.runner import STREAM_MAXLEN
-from training.streams import control_key, stream_key, training_redis
+from training.streams import control_key, kept_key, sent_key, stream_key, training_redis
+
+# How far past the highest number it sent before a trainer's next event may be: it skips
+# numbers only for progress it did not send while Kestrel was away (4 a second), so this covers
+# a day away; a number beyond it would make every later genuine event look old.
+SEQ_AHEAD_MAX = 400_000
+KEY_SECONDS = 7 * 24 * 3600
 
 
 def events_token(job_id: int, attempt: int) -> str:
@@ -76,8 +86,18 @@ def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
         return _refuse(400, f"Events refused: {e}.")
     try:
         client = training_redis()
+        sent = sent_key(job_id, number)
+        kept_raw, sent_raw = client.mget(kept_key(job_id), sent)
+        kept, high = int(kept_raw or 0), int(sent_raw or 0)
+        fresh = [event for event in events if event[0] > kept]
+        limit = max(high, kept) + SEQ_AHEAD_MAX
+        if fresh and max(seq for seq, _, _ in fresh) > limit:
+            TrainingJob.objects.filter(pk=job_id).update(dropped_events=F("dropped_events") + 1)
+            return _refuse(
+                400, f"Events refused: a sequence number past {limit}, far after the last sent."
+            )
         pipe = client.pipeline()
-        for seq, kind, data in events:
+        for seq, kind, data in fresh:
             fields = {
                 "j": str(job_id),
                 "a": str(number),
@@ -86,13 +106,21 @@ def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
                 "d": data.model_dump_json(),
             }
             pipe.xadd(stream_key(job_id), fields, maxlen=STREAM_MAXLEN, approximate=True)
+        if fresh:
+            pipe.set(sent, max(high, *(seq for seq, _, _ in fresh)), ex=KEY_SECONDS)
         pipe.get(control_key(job_id))
         control = pipe.execute()[-1]
     except redis.RedisError:
         return _refuse(503, "Kestrel cannot take events right now; send them again.")
+    if len(fresh) < len(events):
+        TrainingJob.objects.filter(pk=job_id).update(
+            resent_events=F("resent_events") + len(events) - len(fresh)
+        )
     return JsonResponse(
         {
-            "accepted": len(events),
+            "accepted": len(fresh),
+            "ignored": len(events) - len(fresh),
+            "kept": kept,
             "attempt": attempt["job__attempts"],
             "control": control.decode() if control else None,
         }
