@@ -12,6 +12,7 @@ from datasets.api_versions import router as versions_router
 from deploy.api import endpoints
 from deploy.api import router as deploy_router
 from training.api import router as training_router
+from training.remote import router as remote_router
 from training.trainer_events import router as trainer_router
 from workspaces.api import ApiKeyAuth, session_auth
 from workspaces.api import router as workspaces_router
@@ -35,6 +36,7 @@ api.add_router("/", versions_router)
 api.add_router("/", training_router)
 api.add_router("/", billing_router)
 api.add_router("/", trainer_router)
+api.add_router("/", remote_router)
 api.add_router("/", annotation_router)
 api.add_router("/", deploy_router)
 

@@ -316,6 +316,11 @@ TRAINING_EVENTS_URL = env.str("TRAINING_EVENTS_URL", default="")
 STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_CURRENCY = env.str("STRIPE_CURRENCY", default="usd")
+# The command provider (training/providers/command.py): the command that reaches the training
+# machine (e.g. "ssh -T gpu-box"), the Python with Kestrel's code there, the trainer's folder.
+TRAINING_COMMAND = env.str("TRAINING_COMMAND", default="")
+TRAINING_COMMAND_PYTHON = env.str("TRAINING_COMMAND_PYTHON", default="python3")
+TRAINING_COMMAND_WORKDIR = env.str("TRAINING_COMMAND_WORKDIR", default="")
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Inference: the shared model server (python -m deploy.inference.server) web processes forward
 # predictions to, the token they present to it (and to dedicated endpoints), the ports

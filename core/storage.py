@@ -95,5 +95,9 @@ def storage_get_file(key: str, path: Path, *, link: bool = False) -> None:
         shutil.copyfileobj(src, dst, BLOCK)
 
 
+def storage_exists(key: str) -> bool:
+    return default_storage.exists(key)
+
+
 def storage_delete(key: str) -> None:
     default_storage.delete(key)

@@ -31,16 +31,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def web_start(port: int, env: dict) -> subprocess.Popen:
-    """`python -m config.web` (as make run serves it) on `port`, in a session of its own, once
-    it answers a page."""
+def web_start(port: int, env: dict, host: str = "127.0.0.1") -> subprocess.Popen:
+    """`python -m config.web` (as make run serves it) on `host:port`, in a session of its own,
+    once it answers a page."""
     command = [sys.executable, "-m", "config.web"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    command += ["--host", host, "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
     deadline = time.monotonic() + 60
     while True:
         try:
-            url = f"http://127.0.0.1:{port}/accounts/login/"
+            url = f"http://{host}:{port}/accounts/login/"
             urllib.request.urlopen(url, timeout=2).read()  # noqa: S310
             return proc
         except OSError:
@@ -51,8 +51,9 @@ def web_start(port: int, env: dict) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def app_server(**env_extra: str) -> Iterator[str]:
-    """Start uvicorn on this test's database and storage; yield its base URL; stop it."""
+def app_server(host: str = "127.0.0.1", **env_extra: str) -> Iterator[str]:
+    """Start uvicorn on this test's database and storage, on `host` (127.0.0.1, or the address
+    a test's network namespace reaches); yield its base URL; stop it."""
     from django.conf import settings
 
     port = free_port()
@@ -62,10 +63,11 @@ def app_server(**env_extra: str) -> Iterator[str]:
         "DJANGO_SETTINGS_MODULE": "config.test_settings",
         "MEDIA_ROOT": str(settings.MEDIA_ROOT),
         "TRAINING_REDIS_URL": settings.TRAINING_REDIS_URL,
+        "ALLOWED_HOSTS": f"localhost,127.0.0.1,{host}",
         **env_extra,
     }
-    proc = web_start(port, env)
-    url = f"http://127.0.0.1:{port}"
+    proc = web_start(port, env, host)
+    url = f"http://{host}:{port}"
     try:
         yield url
     finally:

@@ -1,4 +1,5 @@
-"""The trainer process: `python -m training.runner SPEC.json`.
+"""The trainer process: `python -m training.runner SPEC.json`, or on a machine that reaches
+Kestrel only over HTTPS, `python -m training.runner --remote <job-url>` (training.remote_trainer).
 
 Runs Ultralytics with callbacks that append the job's events to its Redis stream: batch progress
 (a few per second), epoch metrics, checkpoints, log lines and system samples, each carrying
@@ -274,6 +275,10 @@ class Events:
         fields = {"j": self.job, "a": self.attempt, "s": seq, "t": "log", "d": raw}
         self.spool.append("log", fields, int(seq))  # sent by the next drain
 
+    def silent_for(self) -> float:
+        """How long Kestrel has not answered (a local trainer's supervisor sees it directly)."""
+        return 0.0
+
     def control(self) -> tuple[str | None, str | None]:
         """(attempt that owns the job, "stop" or None); (None, None) when it cannot be read."""
         if self.spool or self._away_since is not None:  # Redis away: keep training
@@ -334,6 +339,7 @@ class HttpEvents(Events):
         self._control: str | None = None
         self._kept_at = time.monotonic()  # when `kept` last moved (or nothing was waiting)
         self._polled = 0.0
+        self._answered = time.monotonic()  # when Kestrel last answered
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -412,6 +418,7 @@ class HttpEvents(Events):
                 time.sleep(min(2**attempt, 5))
                 continue
             self._failing = False
+            self._answered = time.monotonic()
             self._fence = str(answer.get("attempt") or self.attempt)
             self._control = answer.get("control")
             with self._lock:
@@ -428,6 +435,9 @@ class HttpEvents(Events):
 
     def control(self) -> tuple[str | None, str | None]:
         return self._fence, self._control
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self._answered if self._failing else 0.0
 
     def close(self) -> None:
         """Everything emitted is delivered and stored when this returns, unless Kestrel stayed
@@ -602,6 +612,27 @@ class Callbacks:
         self.first_batch = True
         self.last_batch_event = 0.0
         self.last_control = 0.0
+        self.kestrel = None  # a remote trainer's link for its files (training.remote_trainer)
+        if spec.get("uploads"):
+            from training.remote_trainer import Kestrel
+
+            self.kestrel = Kestrel(spec["job_url"], spec["events_token"])
+        self.silent_limit = float(spec.get("lease_seconds") or 0)
+
+    def _uploaded(self, files: dict[str, Path]) -> bool:
+        """A remote trainer's files stored in Kestrel (True at once for a local one, whose
+        supervisor reads them from this machine)."""
+        if self.kestrel is None:
+            return True
+        from training.remote_trainer import RemoteError
+
+        for name, path in files.items():
+            try:
+                self.kestrel.upload(name, path)
+            except (RemoteError, OSError) as e:
+                print(f"Kestrel: {name} was not uploaded: {e}")
+                return False
+        return True
 
     def register(self, model) -> None:
         model.add_callback("on_train_start", self.on_train_start)
@@ -616,6 +647,13 @@ class Callbacks:
         if now - self.last_control < CONTROL_CHECK_SECONDS:
             return
         self.last_control = now
+        silent = self.events.silent_for()
+        if self.silent_limit and silent > self.silent_limit and not self.stop_requested:
+            # Kestrel has given this attempt up by now: stop, keeping the checkpoint here; the
+            # resume starts from the last one Kestrel stored.
+            self.stop_requested = True
+            trainer.stop = True
+            print(f"Kestrel: not reachable for {silent:.0f} s; stopping this attempt.")
         fence, control = self.events.control()
         if fence is not None and fence != str(self.spec["attempt"]):
             sys.__stderr__.write("kestrel: another attempt owns this job; exiting\n")
@@ -694,7 +732,12 @@ class Callbacks:
                 },
             )
             if self.pending_checkpoint:
-                self.events.emit("checkpoint", self.pending_checkpoint)
+                epoch = self.pending_checkpoint["epoch"]
+                files = {f"last-{epoch}.pt": self.ckpt_dir / f"last-{epoch}.pt"}
+                if self.pending_checkpoint["best"]:
+                    files[f"best-{epoch}.pt"] = self.ckpt_dir / f"best-{epoch}.pt"
+                if self._uploaded(files):  # a checkpoint's event only once Kestrel can take it
+                    self.events.emit("checkpoint", self.pending_checkpoint)
                 self.pending_checkpoint = None
             self._check_control(trainer)
         else:  # the final validation of best.pt
@@ -709,6 +752,20 @@ class Callbacks:
         plots = sorted(
             p.name for p in Path(trainer.save_dir).iterdir() if PLOT_NAME_RE.match(p.name)
         )
+        if self.kestrel is not None:
+            save_dir = Path(trainer.save_dir)
+            files = {name: save_dir / name for name in plots[:100]}
+            files.update(
+                {
+                    name: path
+                    for name, path in (
+                        ("results.csv", save_dir / "results.csv"),
+                        ("best.pt", Path(trainer.best)),
+                    )
+                    if path.is_file()
+                }
+            )
+            self._uploaded(files)
         self.events.emit(
             "train_end",
             {
@@ -834,7 +891,12 @@ def run(spec: dict) -> int:
 
 def main() -> None:
     _die_with_parent()
-    spec = json.loads(Path(sys.argv[1]).read_text())
+    if sys.argv[1:2] == ["--remote"]:  # on another machine: everything comes over HTTPS
+        from training.remote_trainer import remote_spec_from_argv
+
+        spec = remote_spec_from_argv(sys.argv[1:])
+    else:
+        spec = json.loads(Path(sys.argv[1]).read_text())
     os.environ.update(spec.get("env", {}))
     code = run(spec)
     _join_plotting_threads()

@@ -27,7 +27,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.errors import ServiceError
-from core.storage import storage_get_file, storage_put
+from core.storage import storage_delete, storage_exists, storage_get_file, storage_put
 from training import event_schema as schema
 from training.event_schema import EventRefused, event_parse
 from training.metering import meter, metered, refund_platform_failure
@@ -360,6 +360,11 @@ class Supervisor:
             spec["events_url"] = f"{base}/api/v1/trainer/jobs/{job.pk}/events"
             spec["events_token"] = events_token(job.pk, self.attempt.number)
             del spec["redis_url"]  # as on a machine that cannot reach it
+            from training.remote import remote_spec_store
+
+            # What a trainer on another machine fetches instead (python -m training.runner
+            # --remote): URLs of this server where this spec has paths of this machine.
+            remote_spec_store(spec, base_url=base, subset=subset)
         spec_path = attempt_dir / "spec.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         # A fresh stream for this attempt; the fence tells any older trainer to stop.
@@ -532,6 +537,8 @@ class Supervisor:
             self._drop()
             return
         try:
+            if self.machine.details.get("remote"):
+                self._remote_files_take(kind, event)
             getattr(self, f"_on_{kind}")(event, seq)
         except (KeyError, TypeError, ValueError, AttributeError, OSError):
             logger.warning("job %s: event %s %s dropped", self.job.pk, kind, seq, exc_info=True)
@@ -543,6 +550,28 @@ class Supervisor:
         self.seen_order.append(seq)
         if len(self.seen_order) > SEEN_SEQS:
             self.seen.discard(self.seen_order.popleft())
+
+    def _remote_files_take(self, kind: str, event) -> None:
+        """A remote trainer uploaded the files an event names (training.remote) before sending
+        it: each is put where a local trainer would have written it, then the handlers read
+        them the same way. A file that is not there is left to the handler to miss."""
+        from training.remote import attempt_files_key
+
+        checkpoints = self._workdir() / f"attempt-{self.attempt.number}" / CHECKPOINTS
+        run = self._workdir() / RUN_NAME
+        if kind == "checkpoint":
+            names = [f"last-{event.epoch}.pt"] + ([f"best-{event.epoch}.pt"] if event.best else [])
+            wanted = {name: checkpoints / name for name in names}
+        elif kind == "train_end":
+            wanted = {name: run / name for name in [*event.plots, RESULTS_CSV]}
+            wanted["best.pt"] = run.joinpath(*BEST_WEIGHTS)
+        else:
+            return
+        for name, path in wanted.items():
+            key = attempt_files_key(self.job.pk, self.attempt.number, name)
+            if storage_exists(key):
+                storage_get_file(key, path)
+                storage_delete(key)
 
     def _drop(self) -> None:
         TrainingJob.objects.filter(pk=self.job.pk).update(dropped_events=F("dropped_events") + 1)

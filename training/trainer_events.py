@@ -37,7 +37,7 @@ def events_token(job_id: int, attempt: int) -> str:
     return f"{attempt}.{mac}"
 
 
-def _refuse(status: int, detail: str, **extra) -> JsonResponse:
+def refuse(status: int, detail: str, **extra) -> JsonResponse:
     return JsonResponse({"detail": detail, **extra}, status=status)
 
 
@@ -47,6 +47,28 @@ def _token_attempt(job_id: int, token: str) -> int | None:
     if not (number.isdigit() and len(number) <= 9):
         return None
     return int(number) if hmac.compare_digest(token, events_token(job_id, int(number))) else None
+
+
+def attempt_authorised(request: HttpRequest, job_id: int) -> int | JsonResponse:
+    """The number of the live attempt of `job_id` whose token the request carries, or the
+    refusal to answer with: 403 for a token that is not this job's, 409 once another attempt
+    owns the job, 410 once the attempt or the job has ended."""
+    token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    number = _token_attempt(job_id, token)
+    if number is None:
+        return refuse(403, "This token is not this job's.")
+    attempt = (
+        TrainingAttempt.objects.filter(job_id=job_id, number=number)
+        .values("ended_at", "job__state", "job__attempts")
+        .first()
+    )
+    if attempt is None or attempt["job__state"] in FINAL_STATES:
+        return refuse(410, "The job has ended.")
+    if number != attempt["job__attempts"]:
+        return refuse(409, "Another attempt owns this job now.", attempt=attempt["job__attempts"])
+    if attempt["ended_at"] is not None:
+        return refuse(410, "This attempt has ended.")
+    return number
 
 
 def _body(request: HttpRequest) -> bytes:
@@ -62,28 +84,16 @@ router = Router(tags=["trainer"])
 # auth=None: the per-attempt token below is the only key (no API key, no session).
 @router.post("/trainer/jobs/{job_id}/events", auth=None, include_in_schema=False)
 def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
-    token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-    number = _token_attempt(job_id, token)
-    if number is None:
-        return _refuse(403, "This token is not this job's.")
-    attempt = (
-        TrainingAttempt.objects.filter(job_id=job_id, number=number)
-        .values("ended_at", "job__state", "job__attempts")
-        .first()
-    )
-    if attempt is None or attempt["job__state"] in FINAL_STATES:
-        return _refuse(410, "The job has ended.")
-    if number != attempt["job__attempts"]:
-        return _refuse(409, "Another attempt owns this job now.", attempt=attempt["job__attempts"])
-    if attempt["ended_at"] is not None:
-        return _refuse(410, "This attempt has ended.")
+    number = attempt_authorised(request, job_id)
+    if isinstance(number, JsonResponse):
+        return number
     try:
         events = events_body_parse(_body(request))
     except EventRefused as e:
         # Counted where the job page shows the trainer's malformed messages; nothing of the
         # body reaches the stream.
         TrainingJob.objects.filter(pk=job_id).update(dropped_events=F("dropped_events") + 1)
-        return _refuse(400, f"Events refused: {e}.")
+        return refuse(400, f"Events refused: {e}.")
     try:
         client = training_redis()
         sent = sent_key(job_id, number)
@@ -93,7 +103,7 @@ def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
         limit = max(high, kept) + SEQ_AHEAD_MAX
         if fresh and max(seq for seq, _, _ in fresh) > limit:
             TrainingJob.objects.filter(pk=job_id).update(dropped_events=F("dropped_events") + 1)
-            return _refuse(
+            return refuse(
                 400, f"Events refused: a sequence number past {limit}, far after the last sent."
             )
         pipe = client.pipeline()
@@ -111,7 +121,7 @@ def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
         pipe.get(control_key(job_id))
         control = pipe.execute()[-1]
     except redis.RedisError:
-        return _refuse(503, "Kestrel cannot take events right now; send them again.")
+        return refuse(503, "Kestrel cannot take events right now; send them again.")
     if len(fresh) < len(events):
         TrainingJob.objects.filter(pk=job_id).update(
             resent_events=F("resent_events") + len(events) - len(fresh)
@@ -121,7 +131,7 @@ def trainer_events(request: HttpRequest, job_id: int) -> JsonResponse:
             "accepted": len(fresh),
             "ignored": len(events) - len(fresh),
             "kept": kept,
-            "attempt": attempt["job__attempts"],
+            "attempt": number,
             "control": control.decode() if control else None,
         }
     )

@@ -15,6 +15,20 @@ def provider_for(key: str) -> Provider:
         from training.providers.local import LocalProvider
 
         return LocalProvider()
+    if key == "skypilot":
+        from training.providers import sky_sdk
+
+        if not sky_sdk.installed():
+            raise ProviderError(
+                "SkyPilot is not installed on this server: pip install -e '.[cloud]'"
+            )
+        from training.providers.skypilot import SkyPilotProvider
+
+        return SkyPilotProvider()
+    if key == "command":
+        from training.providers.command import CommandProvider
+
+        return CommandProvider()
     raise ProviderError(f"There is no {provider_name(key)} provider in this version.")
 
 

@@ -27,7 +27,7 @@ class _FolderSink:
         self._path(arcname).write_text(text, encoding="utf-8")
 
 
-def _subset(manifest: dict, *, train: int, val: int) -> dict:
+def manifest_subset(manifest: dict, *, train: int, val: int) -> dict:
     """The first images of train and val (the manifest is sorted by hash: always the same)."""
     left = {"train": train, "val": val}
     images = []
@@ -48,7 +48,7 @@ def dataset_materialise(
     if not root.exists():
         manifest = version_manifest_load(version)
         if subset:
-            manifest = _subset(manifest, train=subset[0], val=subset[1])
+            manifest = manifest_subset(manifest, train=subset[0], val=subset[1])
         tmp = root.with_name(f".{name}.{uuid.uuid4().hex}")
         try:
             yolo_layout_write(_FolderSink(tmp), manifest)
