@@ -4,8 +4,13 @@ Kestrel's settings, reaching only the test's web server over HTTP. It fetches it
 dataset and its weights, sends its events and uploads its checkpoints there, and the job ends
 exactly like a local one."""
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
@@ -13,8 +18,8 @@ from django.test import override_settings
 
 from tests.netns import network_namespace
 from tests.servers import app_server
-from tests.training.helpers import submit, wait_state
-from training.models import EpochMetric, GpuType, JobState, TrainedModel
+from tests.training.helpers import job_reload, submit, wait_for, wait_state
+from training.models import AttemptEnd, EpochMetric, GpuType, JobState, TrainedModel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,27 +45,36 @@ def _reaches(ns, host: str, port: int) -> bool:
     return done.returncode == 0
 
 
-def test_a_remote_trainer_in_another_network_trains_a_job_like_a_local_one(
-    team, project, detect_version, gpu_remote, workers, tmp_path
-):
-    remote_dir = tmp_path / "remote-machine"
+@contextlib.contextmanager
+def remote_lab(workers, remote_dir) -> Iterator:
+    """A network namespace, the test's web server on its link, and workers whose command
+    provider starts trainers in the namespace."""
     with network_namespace() as ns, app_server(host=ns.host_ip) as url:
         port = int(url.rsplit(":", 1)[1])
         assert _reaches(ns, ns.host_ip, port)  # the test's web server, and nothing else:
         assert not _reaches(ns, "127.0.0.1", 5432)  # no PostgreSQL
         assert not _reaches(ns, "127.0.0.1", 6379)  # no Redis
-        env = {
-            "TRAINING_PROVIDERS": "local,command",
-            "TRAINING_EVENTS_URL": url,
-            "TRAINING_COMMAND": f"ip netns exec {ns.name} env KESTREL_TRAINER_OFFLINE=1",
-            "TRAINING_COMMAND_PYTHON": sys.executable,
-            "TRAINING_COMMAND_WORKDIR": str(remote_dir),
-        }
-        workers.env_extra.update(env)
+        workers.env_extra.update(
+            {
+                "TRAINING_PROVIDERS": "local,command",
+                "TRAINING_EVENTS_URL": url,
+                "TRAINING_COMMAND": f"ip netns exec {ns.name} env KESTREL_TRAINER_OFFLINE=1",
+                "TRAINING_COMMAND_PYTHON": sys.executable,
+                "TRAINING_COMMAND_WORKDIR": str(remote_dir),
+            }
+        )
         with override_settings(TRAINING_PROVIDERS=["local", "command"]):
-            job = submit(team, project, detect_version, gpu_remote, epochs=2)
-            workers.start()
-            job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+            yield ns
+
+
+def test_a_remote_trainer_in_another_network_trains_a_job_like_a_local_one(
+    team, project, detect_version, gpu_remote, workers, tmp_path
+):
+    remote_dir = tmp_path / "remote-machine"
+    with remote_lab(workers, remote_dir):
+        job = submit(team, project, detect_version, gpu_remote, epochs=2)
+        workers.start()
+        job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
     assert job.state == JobState.SUCCEEDED, job.error
     assert [m.epoch for m in EpochMetric.objects.filter(job=job)] == [1, 2]
     assert job.checkpoint_epoch == 2
@@ -72,6 +86,46 @@ def test_a_remote_trainer_in_another_network_trains_a_job_like_a_local_one(
     assert (remote_dir / "datasets").is_dir()
     assert (remote_dir / "jobs" / str(job.pk) / "run" / "weights" / "best.pt").is_file()
     assert job.dropped_events == 0
+
+
+def test_a_cut_link_loses_nothing_and_stores_no_epoch_twice(
+    team, project, detect_version, gpu_remote, workers, tmp_path
+):
+    with remote_lab(workers, tmp_path / "remote-machine") as ns:
+        job = submit(team, project, detect_version, gpu_remote, epochs=6)
+        workers.start()
+        first_epoch = EpochMetric.objects.filter(job=job).exists
+        wait_for(first_epoch, what="the first epoch", timeout=240)
+        ns.link(up=False)  # the trainer cannot reach Kestrel: it trains on, keeping its events
+        time.sleep(6)
+        ns.link(up=True)
+        job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert job.state == JobState.SUCCEEDED, job.error
+    epochs = [m.epoch for m in EpochMetric.objects.filter(job=job).order_by("epoch")]
+    assert epochs == [1, 2, 3, 4, 5, 6]  # each once: nothing lost, nothing twice
+    assert job.attempt_rows.count() == 1 and job.checkpoint_epoch == 6
+    assert job.dropped_events == 0
+
+
+def test_a_killed_remote_trainer_is_resumed_from_its_uploaded_checkpoint(
+    team, project, detect_version, gpu_remote, workers, tmp_path
+):
+    with remote_lab(workers, tmp_path / "remote-machine"):
+        job = submit(team, project, detect_version, gpu_remote, epochs=8)
+        workers.start()
+        job = wait_for(
+            lambda: (j := job_reload(job)).checkpoint_epoch and j.state == JobState.RUNNING and j,
+            what="the first checkpoint",
+            timeout=240,
+        )
+        os.kill(job.attempt_rows.get(number=1).pid, signal.SIGKILL)
+        job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert job.state == JobState.SUCCEEDED, job.error
+    epochs = [m.epoch for m in EpochMetric.objects.filter(job=job).order_by("epoch")]
+    assert epochs == list(range(1, 9))
+    first, second = job.attempt_rows.order_by("number")
+    assert first.end_reason == AttemptEnd.LOST and "signal 9" in first.message
+    assert second.end_reason == AttemptEnd.FINISHED and second.resumed_from_epoch >= 1
 
 
 RECORDER = """
