@@ -35,7 +35,7 @@ from training.event_schema import PLOT_NAME_RE
 from training.models import FINAL_STATES, TrainingJob, WeightsSource
 from training.run_files import MAX_WEIGHTS_BYTES
 from training.services.materialise import manifest_subset
-from training.streams import training_redis
+from training.streams import kept_key, sent_key, training_redis
 from training.trainer_events import attempt_authorised, refuse
 
 UPLOAD_SECONDS = 15 * 60  # an upload URL's life
@@ -118,12 +118,22 @@ def trainer_spec(request: HttpRequest, job_id: int) -> HttpResponse:
     if isinstance(number, JsonResponse):
         return number
     try:
-        raw = training_redis().get(spec_key(job_id, number))
+        client = training_redis()
+        raw, kept, sent = client.mget(
+            spec_key(job_id, number), kept_key(job_id), sent_key(job_id, number)
+        )
     except redis.RedisError:
         return refuse(503, "Kestrel cannot read the spec right now; ask again.")
     if raw is None:
         return refuse(404, "This attempt has no remote spec.")
-    return HttpResponse(raw, content_type="application/json")
+    spec = json.loads(raw)
+    # Asked again within one attempt: the provider replaced a lost machine (a preempted spot
+    # instance). The new trainer resumes from the last checkpoint stored, and numbers its
+    # events after the old one's, so none of them is taken for a resend.
+    if TrainingJob.objects.filter(pk=job_id, checkpoint_epoch__isnull=False).exists():
+        spec["resume_url"] = spec["events_url"].rsplit("/", 1)[0] + "/weights/resume"
+    spec["seq_from"] = max(int(kept or 0), int(sent or 0))
+    return JsonResponse(spec)
 
 
 @router.get("/trainer/jobs/{job_id}/dataset", auth=None, include_in_schema=False)

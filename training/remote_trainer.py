@@ -200,6 +200,7 @@ def remote_prepare(job_url: str, token: str, workdir: Path) -> dict:
         "workdir": str(workdir),
         "events_url": remote["events_url"],
         "events_token": token,
+        "seq_from": int(remote.get("seq_from") or 0),  # a replaced machine numbers on
         "uploads": True,  # files go up through signed URLs before their events
         "job_url": kestrel.job_url,
         "system_sample_seconds": remote.get("system_sample_seconds", 5),

@@ -326,7 +326,7 @@ class HttpEvents(Events):
         self.url = spec["events_url"]
         self.token = spec["events_token"]
         self.attempt = str(spec["attempt"])
-        self._seq = 0
+        self._seq = int(spec.get("seq_from") or 0)
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self.spool = Spool(  # what Kestrel has not stored yet, on this machine's disk

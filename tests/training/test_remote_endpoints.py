@@ -13,7 +13,7 @@ from core.storage import storage_exists, storage_get_file
 from tests.training.helpers import submit
 from training import remote
 from training.models import AttemptEnd, JobState, TrainingAttempt, TrainingJob
-from training.streams import training_redis
+from training.streams import kept_key, sent_key, training_redis
 from training.trainer_events import events_token
 
 pytestmark = pytest.mark.django_db
@@ -52,6 +52,21 @@ def test_the_spec_has_urls_where_the_workers_has_paths(client, running):
     assert spec["model"] == "yolo11n.yaml" and spec["model_url"] is None
     assert spec["lease_seconds"] == 40
     assert "/srv/x" not in json.dumps(spec)
+
+
+def test_a_replaced_machine_resumes_and_numbers_its_events_after_the_old_ones(client, running):
+    """A preempted spot machine, replaced by the provider within the same attempt: its new
+    trainer asks for the spec again and gets the last checkpoint and where to number from."""
+    first = client.get(f"{base(running)}/spec", **auth(running)).json()
+    assert first["resume_url"] is None and first["seq_from"] == 0
+    TrainingJob.objects.filter(pk=running.pk).update(checkpoint_epoch=3)
+    redis = training_redis()
+    redis.set(kept_key(running.pk), 40)
+    redis.set(sent_key(running.pk, 2), 47)
+    again = client.get(f"{base(running)}/spec", **auth(running)).json()
+    assert again["resume_url"].endswith(f"/trainer/jobs/{running.pk}/weights/resume")
+    assert again["seq_from"] == 47
+    redis.delete(kept_key(running.pk), sent_key(running.pk, 2))
 
 
 @pytest.mark.parametrize("route", ["spec", "dataset", "weights/model"])
