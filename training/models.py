@@ -228,6 +228,14 @@ class TrainingAttempt(models.Model):
         default=0, help_text="Machine seconds of this attempt already captured from credits."
     )
     message = models.TextField(blank=True)
+    provider_ref = models.CharField(
+        max_length=100, blank=True, help_text="The provider's own id of the run (SkyPilot's job)."
+    )
+    provider_phases = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="What the provider said the run was doing, in order: [{phase, label, at}].",
+    )
 
     class Meta:
         ordering = ["job", "number"]

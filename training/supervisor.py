@@ -198,6 +198,7 @@ class Supervisor:
         self.worker = lease.worker
         self.redis = training_redis()
         self.provider = None
+        self.machine = None
         self.handle = None
         self.outcome = _Outcome()
         self.lost_lease = False
@@ -209,6 +210,8 @@ class Supervisor:
         self.last_id = "0-0"  # the stream's cursor: the last entry stored
         self.kept_seq = 0  # what the trainer was last told was stored
         self.redis_gone = ""  # why the attempt ended for Redis' sake, if it did
+        self.phases: list[dict] = []  # what a cloud provider said the run was doing
+        self.provider_failure = ""  # why the provider could not run it, in its words
 
     # -- helpers
     def _workdir(self) -> Path:
@@ -243,6 +246,17 @@ class Supervisor:
 
     # -- run
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            # No machine outlives its attempt: a cloud provider stops paying for it here.
+            if self.machine is not None:
+                try:
+                    self.provider.release(self.machine)
+                except Exception:
+                    logger.exception("job %s: releasing its machine failed", self.job.pk)
+
+    def _run(self) -> None:
         try:
             self._prepare_and_start()
         except WeightsDownloadFailed as e:
@@ -375,7 +389,7 @@ class Supervisor:
             self.machine, spec_path=str(spec_path), log_path=str(attempt_dir / "trainer.log")
         )
         TrainingAttempt.objects.filter(pk=self.attempt.pk).update(
-            pid=self.handle.pid, machine=self.machine.name
+            pid=self.handle.pid, machine=self.machine.name, provider_ref=self.handle.ref
         )
         self._transition(JobState.RUNNING)
 
@@ -428,12 +442,45 @@ class Supervisor:
             # checkpoints; a top-up and Resume continue the run.
             stop_at = now
             self._transition(JobState.STOPPING, stop_requested_at=now, error=reason)
+        self._phase_check(now)
         if cancel_at and not self.canceling:
             self.canceling = True
             self.provider.terminate(self.handle, force=True)
         elif (stop_at or state == JobState.STOPPING) and not self.stop_sent:
             self.stop_sent = True
             self.redis.set(control_key(self.job.pk), "stop", ex=7 * 24 * 3600)
+
+    def _phase_check(self, now) -> None:
+        """A cloud provider's phase (queued, provisioning, setting up, running, recovering)
+        onto the attempt, each with its time. Nothing waits for a machine for ever: past the
+        GPU type's provisioning timeout with no word from the trainer, the run is cancelled
+        at the provider and the attempt fails with the reason (its credits given back)."""
+        phase_of = getattr(self.provider, "phase", None)
+        if phase_of is None or self.handle is None or self.canceling:
+            return
+        try:
+            report = phase_of(self.handle, trainer_reported=self.last_seq > 0)
+        except ProviderError as e:
+            logger.warning("job %s: the provider's phase: %s", self.job.pk, e)
+            return
+        if not self.phases or self.phases[-1]["phase"] != str(report.phase):
+            self.phases.append(
+                {"phase": str(report.phase), "label": report.phase.label, "at": now.isoformat()}
+            )
+            TrainingAttempt.objects.filter(pk=self.attempt.pk).update(provider_phases=self.phases)
+        if report.reason and not self.last_seq:  # a trainer that spoke ends by its own word
+            self.provider_failure = report.reason
+        timeout = self.machine.details.get("provision_timeout_seconds")
+        waiting = str(report.phase) in ("queued", "provisioning")
+        if timeout and waiting and not self.last_seq:
+            waited = (now - self.attempt.started_at).total_seconds()
+            if waited > timeout:
+                self.provider_failure = (
+                    f"No machine of this type was ready within {timeout / 60:.0f} min "
+                    f"({report.phase.label.lower()} at the provider); try another type or later."
+                )
+                self.canceling = True
+                self.provider.terminate(self.handle, force=True)
 
     def _follow(self) -> None:
         """Until the trainer ends: beat, pass on cancel, read and store its events. A fault of
@@ -709,6 +756,11 @@ class Supervisor:
             self._lost(self.redis_gone)
             return
         code = self.provider.exit_code(self.handle)
+        if self.provider_failure and self.outcome.done is None and not self.outcome.error:
+            # Never reached training (no machine, a failed set-up): Kestrel's side, so every
+            # credit held or spent is given back.
+            self._fail(self.provider_failure, platform=True)
+            return
         if self.canceling:
             self._end_attempt(AttemptEnd.CANCELED)
             self._transition(JobState.CANCELED)
