@@ -39,7 +39,9 @@ UTILISATION = 0.35  # share of a GPU's dense FP16 throughput YOLO training reach
 LOADER_IMAGES_PER_SECOND = 600  # mosaic + augmentation at 640 px on a typical cloud VM's CPUs
 EPOCH_OVERHEAD_SECONDS = 3.0  # checkpoint save, plots, validation set-up
 CLOUD_STARTUP_SECONDS = 90.0  # provisioning, image pull, model build
-LOCAL_STARTUP_SECONDS = 20.0
+# This machine's job start before any history: spawning the trainer, importing torch and
+# Ultralytics, building the model and loaders (7.6-14 s, median 10 s, over four jobs here).
+LOCAL_STARTUP_SECONDS = 10.0
 # This machine before any history: an effective training rate per CPU core (GFLOP/s) and the
 # per-epoch overhead, both on the slow side so a first estimate does not promise too much.
 CPU_GFLOPS_PER_CORE = 8.0
@@ -373,8 +375,6 @@ def estimate(config: EstimateConfig, gpu: GpuType, *, measure: bool = True) -> E
         fits, vram = True, 0.0
         bottleneck = "start-up" if startup > training else "compute"
         explanation = f"{what} trains on this machine's CPU, far slower than on a GPU."
-        if cal.cpu_gflops is None:
-            explanation += " No local job has finished yet, so this is a cautious guess."
     else:
         if config.batch == -1:
             vram = round(gpu.vram_gb * AUTOBATCH_FRACTION, 1)
@@ -409,6 +409,11 @@ def estimate(config: EstimateConfig, gpu: GpuType, *, measure: bool = True) -> E
         explanation += (
             f" Corrected by {cal.jobs} finished job{'s' if cal.jobs != 1 else ''} "
             f"on this machine (×{cal.factor:.2f})."
+        )
+    else:
+        explanation += (
+            " A first guess: no job has finished on this machine type yet, so it comes from "
+            f"its specifications alone (±{RANGE_WIDEST:.0%}); each finished job narrows it."
         )
     low, high = seconds * (1 - width), seconds * (1 + width)
     return Estimate(

@@ -190,6 +190,7 @@ def test_finished_jobs_calibrate_the_next_estimate_and_narrow_its_range(catalog,
     before = estimate(config, gpu)
     assert before.calibration_jobs == 0
     assert before.seconds_high / before.seconds == pytest.approx(1.5, abs=0.01)
+    assert "A first guess" in before.explanation and "±50%" in before.explanation
     for ratio in (1.9, 2.0, 2.1, 2.0, 2.0):
         _finished_on(gpu, project=project, version=version, user=team.owner, ratio=ratio)
     # A failed job and a quick test do not count.
@@ -202,6 +203,7 @@ def test_finished_jobs_calibrate_the_next_estimate_and_narrow_its_range(catalog,
     assert after.seconds - 40 == pytest.approx(2 * training_before, rel=0.05)
     assert after.seconds_high / after.seconds == pytest.approx(1.15, abs=0.01)
     assert "Corrected by 5 finished jobs" in after.explanation
+    assert "first guess" not in after.explanation
     # Another machine keeps its own (empty) calibration.
     assert estimate(config, catalog["l40s"]).calibration_jobs == 0
 
