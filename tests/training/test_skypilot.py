@@ -8,16 +8,20 @@ provider's). Where `sky` is importable (pip install -e '.[cloud]'), the task is 
 by SkyPilot's own parser and a call is sent to the missing API server for real.
 """
 
+import contextlib
 import enum
 import importlib.util
 import json
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from training.models import GpuType
+from tests.training.helpers import job_reload, submit, wait_for, wait_state
+from training.models import EpochMetric, GpuType, JobState, TrainedModel
 from training.providers import ProviderError, provider_for, sky_sdk
 from training.providers.skypilot import (
     JOB_NAME_PREFIX,
@@ -288,6 +292,8 @@ def test_start_launches_a_managed_job_with_the_attempts_secrets(launched, fake_s
     assert isinstance(launched.provider, SkyPilotProvider)
     assert launched.machine.name == "H100 80GB via SkyPilot (H100 × 2)"
     assert launched.machine.device == "0,1"
+    assert launched.machine.details["remote"] is True  # its uploads are taken into workdir
+    assert Path(launched.machine.workdir).is_dir()
     assert name == config["name"] == "kestrel-job-7-attempt-2"
     assert config["secrets"] == {"KESTREL_JOB_URL": JOB_URL, "KESTREL_TRAINER_TOKEN": TOKEN}
     assert config["resources"]["accelerators"] == "H100:2"
@@ -547,3 +553,118 @@ def test_a_cancel_that_fails_is_a_provider_error(fake_sdk, monkeypatch):
     monkeypatch.setattr(sky_sdk, "cancel", refuse)
     with pytest.raises(ProviderError, match="Jobs controller is not up"):
         skypilot_reconcile([])
+
+
+# --- end to end: the real remote trainer, launched through the provider -----------------------
+
+FAKE_SKY = Path(__file__).resolve().parents[1] / "fake_sky"
+
+
+@contextlib.contextmanager
+def skypilot_lab(workers, launches: Path) -> Iterator[str]:
+    """A network namespace reaching only the test's web server, and workers whose SkyPilot
+    provider's SDK is tests/fake_sky, running tasks in that namespace."""
+    from django.test import override_settings
+
+    from tests.netns import network_namespace
+    from tests.servers import app_server
+
+    launches.mkdir()
+    with network_namespace() as ns, app_server(host=ns.host_ip) as url:
+        workers.env_extra.update(
+            {
+                "PYTHONPATH": str(FAKE_SKY),
+                "FAKE_SKY_DIR": str(launches),
+                "FAKE_SKY_NETNS": ns.name,
+                "TRAINING_PROVIDERS": "local,skypilot",
+                "TRAINING_EVENTS_URL": url,
+                "TRAINING_SKYPILOT_TYPES": json.dumps({"h100-80gb": {"accelerators": "H100"}}),
+            }
+        )
+        with override_settings(TRAINING_PROVIDERS=["local", "skypilot"]):
+            yield url
+
+
+@pytest.fixture
+def gpu_h100(db) -> GpuType:
+    return GpuType.objects.create(
+        slug="h100-80gb", name="H100 80GB", vram_gb=80, hourly_price=2.5, provider="skypilot"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_on_skypilot_trains_in_another_network_like_a_local_one(
+    team, project, detect_version, gpu_h100, workers, tmp_path
+):
+    """The provider in a real training worker, SkyPilot's SDK answered by tests/fake_sky (which
+    runs the task's `run` in a network namespace that reaches only the test's web server, with
+    the task's secrets as its environment): the job ends like a local one."""
+    launches = tmp_path / "sky"
+    with skypilot_lab(workers, launches) as url:
+        job = submit(team, project, detect_version, gpu_h100, epochs=2)
+        workers.start()
+        job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert [m.epoch for m in EpochMetric.objects.filter(job=job)] == [1, 2]
+    assert job.checkpoint_epoch == 2 and "last.pt" in job.artifacts
+    assert TrainedModel.objects.get(job=job).weights_key
+    attempt = job.attempt_rows.get()
+    assert attempt.machine == "H100 80GB via SkyPilot (H100)"
+    [launched] = [json.loads(p.read_text()) for p in launches.glob("launched-*.json")]
+    assert launched["name"] == f"kestrel-job-{job.pk}-attempt-1"
+    task = launched["task"]
+    assert task["secrets"]["KESTREL_JOB_URL"] == f"{url}/api/v1/trainer/jobs/{job.pk}"
+    token = task["secrets"]["KESTREL_TRAINER_TOKEN"]
+    assert token and token not in " ".join(launched["argv"])  # in its environment only
+    assert task["resources"]["accelerators"] == "H100:1"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_preempted_machine_is_recovered_and_the_job_resumes(
+    team, project, detect_version, gpu_h100, workers, tmp_path
+):
+    """SkyPilot reports RECOVERING, then runs the same task on a fresh machine (its folder
+    empty again): the trainer, the same attempt still, resumes from the last checkpoint it
+    uploaded, and no epoch is stored twice."""
+    launches = tmp_path / "sky"
+    with skypilot_lab(workers, launches):
+        job = submit(team, project, detect_version, gpu_h100, epochs=30)
+        workers.start()
+        job = wait_for(
+            lambda: (j := job_reload(job)).checkpoint_epoch and j.state == JobState.RUNNING and j,
+            what="the first checkpoint",
+            timeout=240,
+        )
+        [launched] = launches.glob("launched-*.json")
+        job_id = json.loads(launched.read_text())["job_id"]
+        (launches / f"preempt-{job_id}").touch()
+        wait_for((launches / f"recovered-{job_id}").exists, what="the recovery", timeout=60)
+        job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert job.state == JobState.SUCCEEDED, job.error
+    epochs = [m.epoch for m in EpochMetric.objects.filter(job=job).order_by("epoch")]
+    assert epochs == list(range(1, 31))
+    assert job.attempt_rows.count() == 1  # SkyPilot recovered it: the same attempt went on
+    log = (launches / f"job-{job_id}.log").read_text()
+    after = log.partition("--- recovered on a new machine ---")[2]
+    assert "Resuming training" in after  # from the checkpoint, not from scratch
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_job_on_skypilot_cancels_its_managed_job(
+    team, project, detect_version, gpu_h100, workers, tmp_path
+):
+    from training.services.jobs import job_cancel
+    from workspaces.selectors import workspace_access_for_user
+
+    launches = tmp_path / "sky"
+    with skypilot_lab(workers, launches):
+        job = submit(team, project, detect_version, gpu_h100, epochs=50)
+        workers.start()
+        wait_for(EpochMetric.objects.filter(job=job).exists, what="the first epoch", timeout=240)
+        access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
+        job_cancel(access=access, job=job_reload(job))
+        job = wait_state(job, JobState.CANCELED, JobState.FAILED, timeout=120)
+    assert job.state == JobState.CANCELED
+    [launched] = launches.glob("launched-*.json")
+    job_id = json.loads(launched.read_text())["job_id"]
+    assert (launches / f"cancelled-{job_id}").exists()

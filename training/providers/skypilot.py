@@ -23,7 +23,7 @@ from training.providers.base import Machine, Provider, ProviderError, TrainerHan
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_NAME_PREFIX = "kestrel-job-"  # every managed job Kestrel launches; reconciliation's scope
-REMOTE_DIR = "~/kestrel"  # where the trainer's code and its runs live on the rented machine
+REMOTE_DIR = "~/kestrel"  # the trainer's code and its folder on the rented machine
 # What the remote trainer imports, installed there at this server's versions.
 TRAINER_DISTRIBUTIONS = ("ultralytics", "torch", "torchvision", "pydantic", "psutil")
 OPTION_KEYS = {
@@ -199,12 +199,17 @@ class SkyPilotProvider(Provider):
         count = int(options.get("count", 1))
         gpu_name = GpuType.objects.filter(slug=gpu_slug).values_list("name", flat=True).first()
         accelerators = f"{options['accelerators']}" + (f" × {count}" if count > 1 else "")
+        # This worker's folder for the attempt: the supervisor takes the trainer's uploaded
+        # checkpoints and run files into it, as from a local trainer.
+        workdir = Path(settings.TRAINING_DIR) / "remote"
+        workdir.mkdir(parents=True, exist_ok=True)
         return Machine(
             provider=self.key,
             name=f"{gpu_name or gpu_slug} via SkyPilot ({accelerators})",
             device=",".join(str(i) for i in range(count)),
-            workdir=REMOTE_DIR,
+            workdir=str(workdir),
             details={
+                "remote": True,  # the trainer reports over HTTPS and uploads its files
                 "gpu_slug": gpu_slug,
                 "resources": resources_for(options),
                 "provision_timeout_seconds": int(options.get("provision_timeout_seconds", 1800)),
