@@ -584,7 +584,7 @@ class Supervisor:
             self._drop()
             return
         try:
-            if self.machine.details.get("remote"):
+            if self.machine is not None and self.machine.details.get("remote"):
                 self._remote_files_take(kind, event)
             getattr(self, f"_on_{kind}")(event, seq)
         except (KeyError, TypeError, ValueError, AttributeError, OSError):
