@@ -447,6 +447,11 @@ def test_launch_passes_a_copy_and_returns_the_job_id(fake_sky):
     assert sky_sdk.launch(config, "kestrel-job-7-attempt-1") == 12
     assert config["secrets"]["KESTREL_TRAINER_TOKEN"] == TOKEN  # not emptied by the parser
     assert ("launch", "kestrel-job-7-attempt-1") in fake_sky.calls
+    fake_sky.answers["req-launch"] = (13, object())  # SkyPilot's server may answer an int
+    assert sky_sdk.launch(config, "kestrel-job-7-attempt-1") == 13
+    fake_sky.answers["req-launch"] = ([], None)
+    with pytest.raises(ProviderError, match="SkyPilot launched nothing"):
+        sky_sdk.launch(config, "kestrel-job-7-attempt-1")
 
 
 def test_status_asks_queue_v2_for_the_failure_reason(fake_sky):

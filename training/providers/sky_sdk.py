@@ -102,6 +102,8 @@ def launch(task_config: dict, name: str) -> int:
     job_ids, _controller = _call(
         "launch the job", lambda: sky.jobs.launch(task, name=name), LAUNCH_SECONDS
     ) or (None, None)
+    if isinstance(job_ids, int):  # the API server answers an int or a list (0.14.1's core.py)
+        job_ids = [job_ids]
     if not job_ids:
         raise ProviderError("SkyPilot launched nothing: it answered no managed job id.")
     return int(job_ids[0])
