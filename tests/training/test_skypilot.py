@@ -321,30 +321,6 @@ def test_exit_code_follows_the_managed_job(launched, fake_sdk, monkeypatch):
     assert provider.exit_code(handle) == -1  # SkyPilot forgot it: lost, as a vanished process
 
 
-def test_a_job_that_gets_no_machine_in_time_is_cancelled_and_failed(launched, fake_sdk):
-    provider, handle = launched.provider, launched.handle
-    fake_sdk.jobs_by_id[41] = managed(41, "STARTING")
-    assert provider.exit_code(handle) is None  # just launched: it may wait
-
-    handle.machine.details["launched_at"] -= 1801  # the type's default limit: 30 min
-    provider._seen.clear()
-    assert provider.exit_code(handle) == 1
-    assert fake_sdk.cancelled == [41]
-    report = provider.phase(handle, trainer_reported=False)
-    assert report.phase == ProviderPhase.FAILED
-    assert report.reason == "SkyPilot found no machine for this GPU type within 30 min."
-    provider._seen.clear()
-    assert provider.exit_code(handle) == 1 and fake_sdk.cancelled == [41]  # cancelled once
-
-
-def test_a_running_job_has_no_provisioning_deadline(launched, fake_sdk):
-    fake_sdk.jobs_by_id[41] = managed(41, "RUNNING")
-    launched.handle.machine.details["launched_at"] -= 10 * 3600
-
-    assert launched.provider.exit_code(launched.handle) is None
-    assert fake_sdk.cancelled == []
-
-
 def test_the_supervisors_polling_asks_skypilot_every_few_seconds(launched, fake_sdk):
     fake_sdk.jobs_by_id[41] = managed(41, "RUNNING")
     before = fake_sdk.queries

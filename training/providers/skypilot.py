@@ -35,6 +35,7 @@ OPTION_KEYS = {
     "use_spot": "rent spot machines, recovered when preempted (default false)",
     "disk_size": "disk in GB (default SkyPilot's)",
     "max_restarts_on_errors": "restarts of a trainer that failed on its own (default 1)",
+    # The supervisor cancels a run still queued or provisioning past it (training.supervisor).
     "provision_timeout_seconds": "how long the job may wait for a machine (default 1800)",
 }
 STATUS_CACHE_SECONDS = 10.0  # the supervisor asks every second; SkyPilot is asked this often
@@ -73,7 +74,6 @@ _FAILURES = {
     "FAILED_CONTROLLER": "SkyPilot's jobs controller failed",
 }
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_CANCELLED, EXIT_GONE = 0, 1, -15, -1
-_WAITING = ("PENDING", "SUBMITTED", "STARTING")  # no machine of the job's has run yet
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,6 @@ class SkyPilotProvider(Provider):
         )
         managed_id = sky_sdk.launch(config, name)
         machine.details["managed_job_id"] = managed_id
-        machine.details["launched_at"] = time.time()
         with open(log_path, "a") as log:
             log.write(f"SkyPilot managed job {managed_id} ({name}) launched.\n")
         return TrainerHandle(machine=machine, ref=str(managed_id))
@@ -246,36 +245,16 @@ class SkyPilotProvider(Provider):
         self._seen[managed_id] = (time.monotonic() + STATUS_CACHE_SECONDS, job)
         return job
 
-    def _timed_out(self, handle: TrainerHandle, job: sky_sdk.ManagedJob) -> str:
-        """Nothing stays provisioning for ever: a job still waiting for its first machine past
-        its type's provision_timeout_seconds is cancelled; why, or "" while it may wait."""
-        details = handle.machine.details
-        waited = time.time() - details.get("launched_at", time.time())
-        limit = details.get("provision_timeout_seconds", 1800)
-        if job.status not in _WAITING or waited < limit:
-            return ""
-        reason = f"SkyPilot found no machine for this GPU type within {limit // 60} min."
-        if not details.get("timed_out"):
-            sky_sdk.cancel([job.job_id])
-            details["timed_out"] = reason
-        return reason
-
     def phase(self, handle: TrainerHandle, *, trainer_reported: bool) -> PhaseReport:
         job = self._job(_managed_id(handle))
         if job is None:
             return PhaseReport(ProviderPhase.FAILED, "", "SkyPilot no longer knows this job.")
-        if handle.machine.details.get("timed_out"):
-            return PhaseReport(
-                ProviderPhase.FAILED, job.status, handle.machine.details["timed_out"]
-            )
         return phase_for(job.status, job.failure_reason, trainer_reported=trainer_reported)
 
     def exit_code(self, handle: TrainerHandle) -> int | None:
         job = self._job(_managed_id(handle))
         if job is None:
             return EXIT_GONE  # as a local trainer whose process is gone
-        if handle.machine.details.get("timed_out") or self._timed_out(handle, job):
-            return EXIT_FAILED
         if not job.terminal:
             return None
         if job.failed:
