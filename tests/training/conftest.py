@@ -34,3 +34,28 @@ def workers(transactional_db):
     w = Workers()
     yield w
     w.stop_all()
+
+
+class _EveryType(dict):
+    """SkyPilot options for whatever type is asked about."""
+
+    def get(self, slug, default=None):
+        return {"accelerators": slug.upper()}
+
+
+@pytest.fixture
+def skypilot_ready(settings, monkeypatch):
+    """SkyPilot as an operator has it: installed (said at importlib's edge, since it is not
+    installed here), told what to rent for every type of the catalogue, and the address
+    trainers reach Kestrel at. Only what the form offers depends on it; nothing is launched."""
+    import importlib.util
+
+    settings.TRAINING_PROVIDERS = ["local", "skypilot"]
+    settings.TRAINING_SKYPILOT_TYPES = _EveryType()
+    settings.TRAINING_EVENTS_URL = "https://kestrel.example.com"
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: object() if name == "sky" else found(name, *args),
+    )

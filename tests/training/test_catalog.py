@@ -228,6 +228,38 @@ def test_only_configured_providers_are_available(team, catalog_seeded, settings)
     assert rtx.reason == "Its provider, SkyPilot, is not configured on this server."
 
 
+def test_a_configured_provider_is_offered_only_once_it_can_start_a_job(
+    team, catalog_seeded, settings, monkeypatch
+):
+    """SkyPilot listed but not installed, or not told what to rent, or remote trainers with no
+    address to reach Kestrel at: each type says why and cannot be picked."""
+    import importlib.util
+
+    settings.TRAINING_PROVIDERS = ["local", "skypilot"]
+    settings.TRAINING_SKYPILOT_TYPES = {"rtx-4090": {"accelerators": "RTX4090"}}
+    settings.TRAINING_EVENTS_URL = "https://kestrel.example.com"
+    found = importlib.util.find_spec
+    installed = {"sky": False}
+
+    def find_spec(name, *args):
+        if name == "sky":
+            return object() if installed["sky"] else None
+        return found(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    choices = by_slug(gpu_choices(workspace=team.workspace))
+    assert "SkyPilot is not installed" in choices["rtx-4090"].reason
+    installed["sky"] = True
+    choices = by_slug(gpu_choices(workspace=team.workspace))
+    assert choices["rtx-4090"].available
+    assert "TRAINING_SKYPILOT_TYPES" in choices["l40s"].reason
+    settings.TRAINING_EVENTS_URL = ""
+    choices = by_slug(gpu_choices(workspace=team.workspace))
+    assert "TRAINING_EVENTS_URL" in choices["rtx-4090"].reason
+    with pytest.raises(ServiceError, match="TRAINING_EVENTS_URL"):
+        gpu_pick(workspace=team.workspace, gpu_id=choices["rtx-4090"].gpu.pk)
+
+
 def test_gpu_pick_refuses_a_type_whose_provider_is_not_configured(team, catalog_seeded, settings):
     settings.TRAINING_PROVIDERS = ["local"]
     rtx = GpuType.objects.get(slug="rtx-4090")
@@ -238,8 +270,7 @@ def test_gpu_pick_refuses_a_type_whose_provider_is_not_configured(team, catalog_
     assert local.slug == "local"
 
 
-def test_free_plan_cannot_pick_a100_and_bigger(plans, catalog_seeded, settings):
-    settings.TRAINING_PROVIDERS = ["local", "skypilot"]
+def test_free_plan_cannot_pick_a100_and_bigger(plans, catalog_seeded, skypilot_ready):
     free = WorkspaceFactory(plan=Plan.objects.get(slug="free"))
 
     choices = by_slug(gpu_choices(workspace=free))
@@ -252,8 +283,7 @@ def test_free_plan_cannot_pick_a100_and_bigger(plans, catalog_seeded, settings):
     assert gpu_pick(workspace=free, gpu_id=choices["rtx-4090"].gpu.pk).slug == "rtx-4090"
 
 
-def test_pro_plan_can_pick_every_cloud_type(team, catalog_seeded, settings):
-    settings.TRAINING_PROVIDERS = ["local", "skypilot"]
+def test_pro_plan_can_pick_every_cloud_type(team, catalog_seeded, skypilot_ready):
 
     choices = gpu_choices(workspace=team.workspace)
 
@@ -261,8 +291,7 @@ def test_pro_plan_can_pick_every_cloud_type(team, catalog_seeded, settings):
     assert gpu_pick(workspace=team.workspace, gpu_id=by_slug(choices)["b200"].gpu.pk).name == "B200"
 
 
-def test_a_workspace_without_a_plan_is_on_the_default_plan(plans, catalog_seeded, settings):
-    settings.TRAINING_PROVIDERS = ["local", "skypilot"]
+def test_a_workspace_without_a_plan_is_on_the_default_plan(plans, catalog_seeded, skypilot_ready):
     workspace = WorkspaceFactory.build(plan=None)
 
     choices = by_slug(gpu_choices(workspace=workspace))

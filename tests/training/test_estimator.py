@@ -44,8 +44,7 @@ def _config(**overrides) -> EstimateConfig:
 
 
 @pytest.fixture
-def catalog(settings):
-    settings.TRAINING_PROVIDERS = ["local", "skypilot"]
+def catalog(skypilot_ready):
     gpu_catalog_seed()
     return {gpu.slug: gpu for gpu in GpuType.objects.all()}
 

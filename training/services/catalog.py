@@ -1,6 +1,7 @@
 """The GPU catalog: the machines a job can run on, their prices, and who may pick which."""
 
 import functools
+import importlib.util
 import math
 import os
 import platform
@@ -296,6 +297,21 @@ def _workspace_plan(workspace: Workspace) -> Plan:
     return workspace.plan if workspace.plan_id is not None else plan_default()
 
 
+def provider_unready(gpu: GpuType) -> str:
+    """Why a configured provider cannot run this type on this server, or "": what it needs
+    is installed and set (the form offers only types a job can really start on)."""
+    if gpu.provider == "skypilot":
+        if importlib.util.find_spec("sky") is None:
+            return "SkyPilot is not installed on this server (pip install -e '.[cloud]')."
+        if not (settings.TRAINING_SKYPILOT_TYPES.get(gpu.slug) or {}).get("accelerators"):
+            return "SkyPilot is not told what to rent for it (TRAINING_SKYPILOT_TYPES)."
+    if gpu.provider == "command" and not settings.TRAINING_COMMAND:
+        return "The command provider has no command (TRAINING_COMMAND)."
+    if gpu.provider in ("skypilot", "command") and not settings.TRAINING_EVENTS_URL:
+        return "Remote trainers need the address they reach Kestrel at (TRAINING_EVENTS_URL)."
+    return ""
+
+
 def gpu_choices(*, workspace: Workspace) -> list[GpuChoice]:
     """Every active type in catalog order, each saying whether this workspace may use it."""
     plan = _workspace_plan(workspace)
@@ -311,6 +327,8 @@ def gpu_choices(*, workspace: Workspace) -> list[GpuChoice]:
             reason = (
                 f"Not in the {plan.name} plan; {_either([p.name for p in gpu_plans])} includes it."
             )
+        elif unready := provider_unready(gpu):
+            reason = unready
         else:
             reason = ""
         choices.append(GpuChoice(gpu=gpu, available=not reason, reason=reason))
