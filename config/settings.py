@@ -279,6 +279,8 @@ CELERY_BEAT_SCHEDULE = {
     # LONG_JOB_MAX_ATTEMPTS, for every kind the apps registered (core/leases.py). Training
     # keeps its own lease, reaped alike.
     "long-jobs-reap": {"task": "core.long_jobs_reap", "schedule": 60.0},
+    # Without SkyPilot configured and installed it returns at once.
+    "skypilot-reconcile": {"task": "training.skypilot_reconcile", "schedule": 120.0},
     "blobs-collect-garbage": {
         "task": "datasets.blobs_collect_garbage",
         "schedule": crontab(hour=3, minute=41),

@@ -29,3 +29,29 @@ def model_inspect(model_id: int, **kwargs) -> None:
     from training.services.inspection import model_inspect_run
 
     model_inspect_run(model_id=model_id)
+
+
+@shared_task(name="training.skypilot_reconcile", soft_time_limit=300, time_limit=360)
+def skypilot_reconcile() -> dict:
+    """Beat: no cloud machine outlives its job. A Kestrel managed job at SkyPilot that no live
+    attempt holds is cancelled; a live attempt whose job SkyPilot no longer has is logged (its
+    supervisor sees the job gone and resumes it, or the reaper does once its lease lapses)."""
+    import importlib.util
+
+    from django.conf import settings
+
+    from training.models import TrainingAttempt
+
+    if "skypilot" not in settings.TRAINING_PROVIDERS or importlib.util.find_spec("sky") is None:
+        return {}
+    from training.providers.skypilot_reconcile import skypilot_reconcile as reconcile
+
+    refs = TrainingAttempt.objects.filter(
+        ended_at__isnull=True, job__gpu_type__provider="skypilot"
+    ).values_list("provider_ref", flat=True)
+    result = reconcile([int(ref) for ref in refs if ref.isdigit()])
+    for job_id in result.cancelled:
+        logger.warning("SkyPilot managed job %s had no live attempt: cancelled", job_id)
+    for job_id in result.gone:
+        logger.warning("SkyPilot no longer has managed job %s of a live attempt", job_id)
+    return {"cancelled": result.cancelled, "gone": result.gone}
