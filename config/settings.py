@@ -318,15 +318,15 @@ TRAINING_SKYPILOT_TYPES = env.json("TRAINING_SKYPILOT_TYPES", default={})
 # Set: trainers send their events over HTTP to this Kestrel (what a cloud machine that cannot
 # reach Redis does), e.g. https://kestrel.example.com. Empty: straight to Redis.
 TRAINING_EVENTS_URL = env.str("TRAINING_EVENTS_URL", default="")
-# Stripe top-ups (test or live keys); both empty: top-ups are off and admins grant credits.
-STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", default="")
-STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
-STRIPE_CURRENCY = env.str("STRIPE_CURRENCY", default="usd")
 # The command provider (training/providers/command.py): the command that reaches the training
 # machine (e.g. "ssh -T gpu-box"), the Python with Kestrel's code there, the trainer's folder.
 TRAINING_COMMAND = env.str("TRAINING_COMMAND", default="")
 TRAINING_COMMAND_PYTHON = env.str("TRAINING_COMMAND_PYTHON", default="python3")
 TRAINING_COMMAND_WORKDIR = env.str("TRAINING_COMMAND_WORKDIR", default="")
+# Stripe top-ups (test or live keys); both empty: top-ups are off and admins grant credits.
+STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", default="")
+STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
+STRIPE_CURRENCY = env.str("STRIPE_CURRENCY", default="usd")
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Inference: the shared model server (python -m deploy.inference.server) web processes forward
 # predictions to, the token they present to it (and to dedicated endpoints), the ports
