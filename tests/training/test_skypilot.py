@@ -566,15 +566,18 @@ FAKE_SKY = Path(__file__).resolve().parents[1] / "fake_sky"
 
 
 @contextlib.contextmanager
-def skypilot_lab(workers, launches: Path) -> Iterator[str]:
+def skypilot_lab(workers, launches: Path, monkeypatch) -> Iterator[str]:
     """A network namespace reaching only the test's web server, and workers whose SkyPilot
-    provider's SDK is tests/fake_sky, running tasks in that namespace."""
+    provider's SDK is tests/fake_sky, running tasks in that namespace. This process finds it
+    too, so the form offers the type (nothing here imports it)."""
     from django.test import override_settings
 
     from tests.netns import network_namespace
     from tests.servers import app_server
 
     launches.mkdir()
+    monkeypatch.syspath_prepend(str(FAKE_SKY))
+    types = {"h100-80gb": {"accelerators": "H100"}}
     with network_namespace() as ns, app_server(host=ns.host_ip) as url:
         workers.env_extra.update(
             {
@@ -583,10 +586,14 @@ def skypilot_lab(workers, launches: Path) -> Iterator[str]:
                 "FAKE_SKY_NETNS": ns.name,
                 "TRAINING_PROVIDERS": "local,skypilot",
                 "TRAINING_EVENTS_URL": url,
-                "TRAINING_SKYPILOT_TYPES": json.dumps({"h100-80gb": {"accelerators": "H100"}}),
+                "TRAINING_SKYPILOT_TYPES": json.dumps(types),
             }
         )
-        with override_settings(TRAINING_PROVIDERS=["local", "skypilot"]):
+        with override_settings(
+            TRAINING_PROVIDERS=["local", "skypilot"],
+            TRAINING_EVENTS_URL=url,
+            TRAINING_SKYPILOT_TYPES=types,
+        ):
             yield url
 
 
@@ -599,13 +606,13 @@ def gpu_h100(db) -> GpuType:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_on_skypilot_trains_in_another_network_like_a_local_one(
-    team, project, detect_version, gpu_h100, workers, tmp_path
+    team, project, detect_version, gpu_h100, workers, tmp_path, monkeypatch
 ):
     """The provider in a real training worker, SkyPilot's SDK answered by tests/fake_sky (which
     runs the task's `run` in a network namespace that reaches only the test's web server, with
     the task's secrets as its environment): the job ends like a local one."""
     launches = tmp_path / "sky"
-    with skypilot_lab(workers, launches) as url:
+    with skypilot_lab(workers, launches, monkeypatch) as url:
         job = submit(team, project, detect_version, gpu_h100, epochs=2)
         workers.start()
         job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
@@ -626,13 +633,13 @@ def test_a_job_on_skypilot_trains_in_another_network_like_a_local_one(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_preempted_machine_is_recovered_and_the_job_resumes(
-    team, project, detect_version, gpu_h100, workers, tmp_path
+    team, project, detect_version, gpu_h100, workers, tmp_path, monkeypatch
 ):
     """SkyPilot reports RECOVERING, then runs the same task on a fresh machine (its folder
     empty again): the trainer, the same attempt still, resumes from the last checkpoint it
     uploaded, and no epoch is stored twice."""
     launches = tmp_path / "sky"
-    with skypilot_lab(workers, launches):
+    with skypilot_lab(workers, launches, monkeypatch):
         job = submit(team, project, detect_version, gpu_h100, epochs=30)
         workers.start()
         job = wait_for(
@@ -656,13 +663,13 @@ def test_a_preempted_machine_is_recovered_and_the_job_resumes(
 
 @pytest.mark.django_db(transaction=True)
 def test_cancelling_a_job_on_skypilot_cancels_its_managed_job(
-    team, project, detect_version, gpu_h100, workers, tmp_path
+    team, project, detect_version, gpu_h100, workers, tmp_path, monkeypatch
 ):
     from training.services.jobs import job_cancel
     from workspaces.selectors import workspace_access_for_user
 
     launches = tmp_path / "sky"
-    with skypilot_lab(workers, launches):
+    with skypilot_lab(workers, launches, monkeypatch):
         job = submit(team, project, detect_version, gpu_h100, epochs=50)
         workers.start()
         wait_for(EpochMetric.objects.filter(job=job).exists, what="the first epoch", timeout=240)
