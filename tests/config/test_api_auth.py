@@ -24,8 +24,17 @@ APIS = {"api": api, "endpoints": endpoints}
 # What django-ninja mounts for itself (the schema, the docs, the reverse target of its root).
 NINJA_OWN = {"openapi-json", "openapi-view", "api-root"}
 # Reached only with a training attempt's own token, never a key or a session
-# (tests/training/test_trainer_events.py, tests/security/test_trainer_events.py).
-TOKEN_ROUTES = {"/api/v1/trainer/jobs/{job_id}/events"}
+# (tests/training/test_trainer_events.py, tests/security/test_trainer_events.py,
+# tests/training/test_remote_endpoints.py).
+TOKEN_ROUTES = {
+    ("post", "/api/v1/trainer/jobs/{job_id}/events"),
+    ("get", "/api/v1/trainer/jobs/{job_id}/spec"),
+    ("get", "/api/v1/trainer/jobs/{job_id}/dataset"),
+    ("get", "/api/v1/trainer/jobs/{job_id}/weights/{which}"),
+    ("post", "/api/v1/trainer/jobs/{job_id}/uploads"),
+}
+# Reached only with a URL signed for one file of one attempt (a presigned URL's way).
+SIGNED_ROUTES = {"/api/v1/trainer/jobs/{job_id}/attempts/{attempt}/files/{name}"}
 UNSAFE = {"post", "put", "patch", "delete"}
 
 
@@ -57,7 +66,7 @@ OPERATIONS = _operations()
 
 def test_every_mounted_route_is_checked_here():
     described = {path for path, _ in OPERATIONS}
-    assert _mounted_routes() == described | TOKEN_ROUTES
+    assert _mounted_routes() == described | {route for _, route in TOKEN_ROUTES} | SIGNED_ROUTES
     assert {method for _, method in OPERATIONS} >= {"get", "post", "patch", "delete"}
 
 
@@ -222,8 +231,17 @@ def test_a_session_reads_without_a_csrf_token(operation, team, deployment):
 
 
 @pytest.mark.django_db
-def test_the_trainer_route_takes_only_its_token_and_never_asks_for_csrf(team):
-    (route,) = TOKEN_ROUTES
-    response = _send(Client(enforce_csrf_checks=True), "post", route.format(job_id=999999))
+@pytest.mark.parametrize(("method", "route"), sorted(TOKEN_ROUTES))
+def test_the_trainer_routes_take_only_their_token_and_never_ask_for_csrf(team, method, route):
+    url = route.format(job_id=999999, which="model")
+    response = _send(Client(enforce_csrf_checks=True), method, url)
+    assert response.status_code == 403
+    assert "CSRF" not in response.json()["detail"]
+
+
+def test_the_signed_upload_route_refuses_a_missing_signature_without_csrf(team):
+    (route,) = SIGNED_ROUTES
+    url = route.format(job_id=999999, attempt=1, name="last-1.pt")
+    response = _send(Client(enforce_csrf_checks=True), "put", url)
     assert response.status_code == 403
     assert "CSRF" not in response.json()["detail"]
