@@ -91,6 +91,18 @@ def job_cost(job: TrainingJob) -> dict | None:
     }
 
 
+def billing_start(attempt: TrainingAttempt) -> datetime | None:
+    """When the attempt's machine began to cost: its start on this machine or one reached by a
+    command; at a cloud provider, the first phase past waiting in its queue (provisioning: the
+    instance is rented from then), None while it still waits there."""
+    if not attempt.provider_phases:
+        return attempt.started_at
+    for phase in attempt.provider_phases:
+        if phase.get("phase") != "queued":
+            return datetime.fromisoformat(phase["at"])
+    return None
+
+
 def meter(attempt_id: int, until: datetime) -> str | None:
     """Capture the attempt's machine time up to `until`, then make sure the next slice is held.
     Returns why the job must stop (its budget cap, or credits run out), or None."""
@@ -103,7 +115,8 @@ def meter(attempt_id: int, until: datetime) -> str | None:
         job = attempt.job
         if not metered(job):
             return None
-        due_seconds = max(0.0, (until - attempt.started_at).total_seconds())
+        start = billing_start(attempt)
+        due_seconds = max(0.0, (until - start).total_seconds()) if start else 0.0
         amount = _micro(due_seconds, job) - _micro(attempt.billed_seconds, job)
         if amount > 0:
             try:

@@ -76,6 +76,34 @@ def test_repeated_and_missed_heartbeats_charge_the_right_seconds(
     assert captures == 2
 
 
+@pytest.mark.django_db
+def test_a_cloud_attempt_is_charged_from_the_moment_its_instance_is_rented(
+    team, project, detect_version, priced
+):
+    """Waiting in the provider's queue costs nothing; from provisioning on, the instance is
+    billed to the operator, so the job is charged from then, not from its first batch."""
+    job = submit(team, project, detect_version, priced)
+    start = timezone.now() - timedelta(seconds=300)
+    attempt = TrainingAttempt.objects.create(job=job, number=1, worker="w")
+    phases = [{"phase": "queued", "label": "Queued at the provider", "at": start.isoformat()}]
+    TrainingAttempt.objects.filter(pk=attempt.pk).update(started_at=start, provider_phases=phases)
+    meter(attempt.pk, start + timedelta(seconds=30))
+    assert spent(job) == 0  # still queued
+    phases.append(
+        {
+            "phase": "provisioning",
+            "label": "Provisioning",
+            "at": (start + timedelta(seconds=60)).isoformat(),
+        }
+    )
+    phases.append(
+        {"phase": "running", "label": "Running", "at": (start + timedelta(seconds=90)).isoformat()}
+    )
+    TrainingAttempt.objects.filter(pk=attempt.pk).update(provider_phases=phases)
+    meter(attempt.pk, start + timedelta(seconds=160))
+    assert spent(job) == 100 * PER_SECOND
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_real_job_is_charged_its_machine_time_and_releases_the_rest(
     team, project, detect_version, priced, workers
