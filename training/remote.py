@@ -221,8 +221,10 @@ def trainer_upload(request: HttpRequest, job_id: int, attempt: int, name: str) -
     job = TrainingJob.objects.filter(pk=job_id).values("attempts", "state").first()
     if job is None or job["state"] in FINAL_STATES or job["attempts"] != attempt:
         return refuse(410, "This attempt has ended.")
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    if not declared.isdigit() or int(declared) > MAX_WEIGHTS_BYTES:
+    declared = request.META.get("CONTENT_LENGTH") or ""
+    if not declared.isdigit():
+        return refuse(411, "Send the file with its Content-Length.")
+    if int(declared) > MAX_WEIGHTS_BYTES:
         return refuse(413, f"A file is at most {MAX_WEIGHTS_BYTES >> 20} MB.")
     storage_put(attempt_files_key(job_id, attempt, name), request, replace=True)
     return JsonResponse({"stored": name})

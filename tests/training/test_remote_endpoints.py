@@ -143,6 +143,7 @@ def test_an_upload_after_its_attempt_ended_or_too_big_is_refused(client, running
     url = _upload_url(client, running).json()["url"]
     too_big = _put(client, url, CONTENT_LENGTH=str(remote.MAX_WEIGHTS_BYTES + 1))
     assert too_big.status_code == 413
+    assert _put(client, url, CONTENT_LENGTH="").status_code == 411  # its size unsaid
     TrainingJob.objects.filter(pk=running.pk).update(attempts=3)
     assert _put(client, url).status_code == 410
     assert not storage_exists(remote.attempt_files_key(running.pk, 2, "last-1.pt"))
