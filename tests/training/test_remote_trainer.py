@@ -54,16 +54,22 @@ def remote_lab(workers, remote_dir) -> Iterator:
         assert _reaches(ns, ns.host_ip, port)  # the test's web server, and nothing else:
         assert not _reaches(ns, "127.0.0.1", 5432)  # no PostgreSQL
         assert not _reaches(ns, "127.0.0.1", 6379)  # no Redis
+        command = f"ip netns exec {ns.name} env KESTREL_TRAINER_OFFLINE=1"
         workers.env_extra.update(
             {
                 "TRAINING_PROVIDERS": "local,command",
                 "TRAINING_EVENTS_URL": url,
-                "TRAINING_COMMAND": f"ip netns exec {ns.name} env KESTREL_TRAINER_OFFLINE=1",
+                "TRAINING_COMMAND": command,
                 "TRAINING_COMMAND_PYTHON": sys.executable,
                 "TRAINING_COMMAND_WORKDIR": str(remote_dir),
             }
         )
-        with override_settings(TRAINING_PROVIDERS=["local", "command"]):
+        # This process too: the form offers the type only once its provider can start a job.
+        with override_settings(
+            TRAINING_PROVIDERS=["local", "command"],
+            TRAINING_COMMAND=command,
+            TRAINING_EVENTS_URL=url,
+        ):
             yield ns
 
 
