@@ -2,7 +2,7 @@
 # Does `pip install -e '.[cloud]'` resolve on a fresh machine? SkyPilot 0.14.1 pins click<8.2
 # while celery 5.7 needs click>=8.3.1; the extra caps celery below 5.7. This resolves the extra
 # in a new virtual environment (pip's --dry-run: nothing is installed) and checks what it picked.
-# CI runs it beside the suite (.ci/run); about 12 minutes here, mostly waiting on the index.
+# CI runs it after the suite (.ci/run); about 12 minutes here, mostly waiting on the index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
