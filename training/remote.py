@@ -40,8 +40,6 @@ from training.trainer_events import attempt_authorised, refuse
 
 UPLOAD_SECONDS = 15 * 60  # an upload URL's life
 SPEC_SECONDS = 7 * 24 * 3600
-# The files a trainer may upload: its checkpoints and what Ultralytics writes into the run.
-_UPLOAD_NAMES = (PLOT_NAME_RE,)
 
 
 def spec_key(job_id: int, attempt: int) -> str:
@@ -106,7 +104,7 @@ def _upload_name_ok(name: str) -> bool:
         stem = name[:-3]
         kind, _, epoch = stem.partition("-")
         return kind in ("last", "best") and epoch.isdigit() and len(epoch) <= 6
-    return any(pattern.fullmatch(name) for pattern in _UPLOAD_NAMES)
+    return bool(PLOT_NAME_RE.fullmatch(name))  # a plot Ultralytics wrote into the run
 
 
 router = Router(tags=["trainer"])

@@ -36,13 +36,12 @@ def skypilot_reconcile() -> dict:
     """Beat: no cloud machine outlives its job. A Kestrel managed job at SkyPilot that no live
     attempt holds is cancelled; a live attempt whose job SkyPilot no longer has is logged (its
     supervisor sees the job gone and resumes it, or the reaper does once its lease lapses)."""
-    import importlib.util
-
     from django.conf import settings
 
     from training.models import TrainingAttempt
+    from training.providers import sky_sdk
 
-    if "skypilot" not in settings.TRAINING_PROVIDERS or importlib.util.find_spec("sky") is None:
+    if "skypilot" not in settings.TRAINING_PROVIDERS or not sky_sdk.installed():
         return {}
     from training.providers.skypilot_reconcile import skypilot_reconcile as reconcile
 
