@@ -36,6 +36,8 @@ def web_start(port: int, env: dict, host: str = "127.0.0.1") -> subprocess.Popen
     once it answers a page."""
     command = [sys.executable, "-m", "config.web"]
     command += ["--host", host, "--port", str(port), "--log-level", "warning"]
+    # As make run serves it: open event streams are closed after a moment, not waited on.
+    command += ["--timeout-graceful-shutdown", "2"]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
     deadline = time.monotonic() + 60
     while True:

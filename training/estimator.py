@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 
 from django.conf import settings
 from django.core.cache import cache
@@ -30,7 +31,7 @@ from django.db.models import Count, Max
 from core.money import per_hour_to_micro
 from datasets.models import DatasetVersion, Task
 from training.models import GpuType, JobState, ModelFamily, ModelSize, TrainingJob
-from training.services.arguments import model_yaml_name, ultralytics_config
+from training.services.arguments import model_yaml_name
 from training.services.catalog import LOCAL_SLUG, gpu_choices, local_device
 
 REFERENCE_IMGSZ = 640
@@ -76,7 +77,8 @@ class ModelCost:
 
 
 def _flops_key(yaml_name: str, imgsz: int) -> str:
-    return f"estimator:flops:{ultralytics_config().version}:{yaml_name}:{imgsz}"
+    # The installed distribution's version: read without starting Ultralytics' probe (seconds).
+    return f"estimator:flops:{metadata.version('ultralytics')}:{yaml_name}:{imgsz}"
 
 
 def flops_measure(yaml_name: str, imgsz: int = REFERENCE_IMGSZ) -> ModelCost:
@@ -494,9 +496,10 @@ def _final_validation_seconds(job: TrainingJob) -> float:
     try:
         config = config_of_job(job)
         cal = calibration_for(job.gpu_type)
-        cost = model_cost(config.model_family, config.model_size, config.task)
+        # Measured when the job was estimated at submit; a page never waits on a measurement.
+        cost = model_cost(config.model_family, config.model_size, config.task, measure=False)
         return _parts(config, job.gpu_type, cost, cal).validation * cal.factor
-    except Exception:  # no FLOPs figure (say, offline and never measured): leave it out
+    except Exception:  # no FLOPs figure (not measured yet, or offline): leave it out
         return 0.0
 
 
