@@ -58,14 +58,39 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: each file keeps its own order
 
 
+# scripts/test.sh sets it on the SQLite run when the same `make test` runs PostgreSQL's too.
+ONCE_RAN_ON_POSTGRES = os.environ.get("KESTREL_TEST_ONCE") == "postgres"
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup"}
+
+
+def _uses_a_database(item) -> bool:
+    return item.get_closest_marker("django_db") is not None or bool(
+        DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+    )
+
+
 def pytest_runtest_setup(item):
     """The suite runs on PostgreSQL and on SQLite (scripts/test.sh); a test of what only
-    PostgreSQL has says so, and why, with @pytest.mark.postgres_only("reason")."""
+    PostgreSQL has says so, and why, with @pytest.mark.postgres_only("reason").
+
+    When one `make test` runs both, the SQLite run leaves out what the PostgreSQL run has
+    already shown and no database changes: tests that touch no database at all, and those
+    marked @pytest.mark.same_on_any_database("reason") (a trainer's link cut, Redis killed:
+    the database only stores what they produce, as in the tests that run on both)."""
+    sqlite = settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql"
     marker = item.get_closest_marker("postgres_only")
-    if marker and settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if marker and sqlite:
         if not marker.args:
             raise pytest.UsageError(f"{item.nodeid}: postgres_only needs its reason")
         pytest.skip(f"PostgreSQL only: {marker.args[0]}")
+    same = item.get_closest_marker("same_on_any_database")
+    if same and not same.args:
+        raise pytest.UsageError(f"{item.nodeid}: same_on_any_database needs its reason")
+    if sqlite and ONCE_RAN_ON_POSTGRES:
+        if not _uses_a_database(item):
+            pytest.skip("Ran on the PostgreSQL run: it touches no database")
+        if same:
+            pytest.skip(f"Ran on the PostgreSQL run: {same.args[0]}")
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ var/screenshots/journey-NN-<step>.png (docs/tour.md shows some of them).
 """
 
 import contextlib
+import dataclasses
 import io
 import re
 from decimal import Decimal
@@ -30,7 +31,7 @@ from django.utils.text import slugify
 from billing.models import LedgerEntry
 from core.money import MICRO
 from datasets.models import Dataset, Image, Label
-from datasets.services.demo import CLASSES, TRAIN, demo_images
+from datasets.services.demo import CLASSES, DEMO_WORKSPACE, TRAIN, demo_images
 from deploy.models import Deployment
 from tests.browser.conftest import SCREENSHOT_DIR
 from tests.browser.helpers import (
@@ -52,6 +53,8 @@ from tests.servers import app_server
 from tests.training.conftest import Workers
 from training.models import GpuType, JobState, TrainedModel, TrainingJob
 from training.services.catalog import gpu_catalog_seed
+from training.services.demo_model import DEMO_JOB_NAME, DEMO_PARAMS, DEMO_PROJECT, demo_val_found
+from training.services.models import model_local_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -507,6 +510,28 @@ def try_the_demo_model(journey: Journey, page, shapes_photo: Path) -> None:
         assert page.evaluate("window.kestrelTry.shown()") > 0  # boxes drawn over the picture
         found = page.inner_text("[data-testid=try-results]")
         assert any(shape in found for shape in CLASSES), found
+    demo_model_checks()
+
+
+def demo_model_checks() -> None:
+    """What the first start made: the demo job trained the real demo settings, and its model
+    is the demo project's current one, public, and finds the val images' shapes (right class,
+    confidence above 0.5, IoU >= 0.5). The only test that trains the demo: on both databases,
+    as the quick start does on SQLite."""
+    job = TrainingJob.objects.get(workspace__name=DEMO_WORKSPACE, name=DEMO_JOB_NAME)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert {f.name: getattr(job, f.name) for f in dataclasses.fields(DEMO_PARAMS)} == (
+        dataclasses.asdict(DEMO_PARAMS)
+    )
+    seconds = (job.finished_at - job.started_at).total_seconds()
+    print(f"\ndemo job: {job.epochs_done} epochs, {seconds:.0f} s from start to succeeded")
+    model = TrainedModel.objects.get(job=job)
+    assert model.is_current and model.is_public
+    assert model.project.name == DEMO_PROJECT
+    assert model.class_names == CLASSES
+    shapes, drawn = demo_val_found(model_local_path(model))
+    print(f"demo model: {shapes} of {drawn} val shapes found with confidence > 0.5")
+    assert shapes >= 0.8 * drawn
 
 
 def create_an_api_key(journey: Journey, page, slug: str) -> str:

@@ -18,7 +18,13 @@ from tests.reliability.helpers import PRICE, assert_billed_once, mid_run
 from tests.training.helpers import job_reload, submit, wait_for, wait_state
 from training.models import AttemptEnd, EpochMetric, JobState, LogChunk, TrainingJob
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.same_on_any_database(
+        "Redis or the web server is what is taken away; the job's rows are written as in "
+        "tests/training/test_engine.py, which runs on both"
+    ),
+]
 
 
 @pytest.fixture

@@ -133,6 +133,7 @@ def _refusal(text: str, name: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.same_on_any_database("the restricted loader is what is tested, in the worker")
 def test_two_stage_upload_runs_nothing_and_keeps_no_refused_file(
     team,
     project,  # noqa: F811 - the fixture imported above

@@ -2,14 +2,13 @@
 demo dataset; a real worker trains it, its model becomes the demo project's current one and
 public, and it finds the demo's shapes, for anyone signed in, from the Explore page.
 
-The first test trains the real demo settings (about two minutes of CPU; listed in SLOW_FIRST);
-the others train at imgsz 64 for an epoch, where the model's quality is not the point."""
+The real demo settings are trained once in the suite, by the newcomer's journey
+(tests/browser/test_journey.py: demo_model_checks), which tries the model on try-it; here jobs
+train at imgsz 64 for an epoch, where the model's quality is not the point."""
 
 import dataclasses
-import io
 import json
 import os
-import time
 
 import pytest
 import redis
@@ -19,8 +18,7 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
-from datasets.services.demo import DEMO_WORKSPACE, TRAIN, demo_dataset_seed, demo_images
-from tests.deploy.conftest import inference_server_start
+from datasets.services.demo import DEMO_WORKSPACE, demo_dataset_seed
 from tests.training.factories import trained_model_row
 from tests.training.helpers import wait_state
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
@@ -29,10 +27,8 @@ from training.services.demo_model import (
     DEMO_JOB_NAME,
     DEMO_PARAMS,
     DEMO_PROJECT,
-    demo_val_found,
 )
 from training.services.jobs import job_submit
-from training.services.models import model_local_path
 from workspaces.models import Project, Role, Workspace
 from workspaces.selectors import workspace_access_for_user
 
@@ -43,55 +39,6 @@ def _demo_job() -> TrainingJob:
     return TrainingJob.objects.select_related("project", "gpu_type").get(
         workspace__name=DEMO_WORKSPACE, name=DEMO_JOB_NAME
     )
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_first_run_trains_a_demo_model_that_finds_the_shapes(
-    plans, workers, stranger, tmp_path, settings
-):
-    call_command("seed_demo", stdout=SEED_OUT)
-    job = _demo_job()
-    started = time.monotonic()
-    workers.start()
-    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=900)
-    seconds = time.monotonic() - started
-    assert job.state == JobState.SUCCEEDED, job.error
-    print(f"\ndemo job: {job.epochs_done} epochs, {seconds:.0f} s from queued to succeeded")
-    model = TrainedModel.objects.get(job=job)
-    assert model.is_current and model.is_public
-    assert model.project.name == DEMO_PROJECT and model.class_names == [
-        "circle",
-        "square",
-        "triangle",
-    ]
-
-    # It finds the val images' shapes: the right class, confidence above 0.5, IoU >= 0.5.
-    found, total = demo_val_found(model_local_path(model))
-    print(f"demo model: {found} of {total} val shapes found with confidence > 0.5")
-    assert found >= 0.8 * total
-
-    # The Explore page shows it; someone outside the demo team tries it with their session.
-    dataset = job.dataset_version.dataset
-    explore = Client().get(reverse("public_dataset", kwargs={"pk": dataset.pk}))
-    assert f'data-model="{model.pk}"' in explore.content.decode()
-    client = Client()
-    client.force_login(stranger)
-    page = client.get(reverse("public_model_try", kwargs={"pk": model.pk}))
-    assert page.status_code == 200
-    server = inference_server_start(tmp_path, "--name", "shared")
-    try:
-        settings.INFERENCE_URL = server.url
-        data, labels = demo_images()[TRAIN]
-        upload = io.BytesIO(data)
-        upload.name = "shapes_100.jpg"
-        response = client.post(f"/api/v1/models/{model.pk}/predict", {"file": upload})
-    finally:
-        server.stop()
-    assert response.status_code == 200, response.content
-    results = response.json()["images"][0]["results"]
-    sure = [r for r in results if r["confidence"] > 0.5]
-    assert len(sure) >= len(labels) and all({"x1", "y1", "x2", "y2"} <= set(r["box"]) for r in sure)
-    assert {r["name"] for r in sure} == {["circle", "square", "triangle"][c] for c, _ in labels}
 
 
 @pytest.mark.django_db(transaction=True)

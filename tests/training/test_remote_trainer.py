@@ -94,6 +94,10 @@ def test_a_remote_trainer_in_another_network_trains_a_job_like_a_local_one(
     assert job.dropped_events == 0
 
 
+@pytest.mark.same_on_any_database(
+    "the trainer's link or process is what is cut; the events' ingest into the database is "
+    "the first test's, which runs on both"
+)
 def test_a_cut_link_loses_nothing_and_stores_no_epoch_twice(
     team, project, detect_version, gpu_remote, workers, tmp_path
 ):
@@ -113,6 +117,10 @@ def test_a_cut_link_loses_nothing_and_stores_no_epoch_twice(
     assert job.dropped_events == 0
 
 
+@pytest.mark.same_on_any_database(
+    "the trainer's link or process is what is cut; the events' ingest into the database is "
+    "the first test's, which runs on both"
+)
 def test_a_killed_remote_trainer_is_resumed_from_its_uploaded_checkpoint(
     team, project, detect_version, gpu_remote, workers, tmp_path
 ):

@@ -605,6 +605,10 @@ def gpu_h100(db) -> GpuType:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.same_on_any_database(
+    "SkyPilot's answers and the remote trainer are what is tested; the job's rows are written "
+    "as a local job's (tests/training/test_engine.py runs on both)"
+)
 def test_a_job_on_skypilot_trains_in_another_network_like_a_local_one(
     team, project, detect_version, gpu_h100, workers, tmp_path, monkeypatch
 ):
@@ -632,6 +636,10 @@ def test_a_job_on_skypilot_trains_in_another_network_like_a_local_one(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.same_on_any_database(
+    "SkyPilot's answers and the remote trainer are what is tested; the job's rows are written "
+    "as a local job's (tests/training/test_engine.py runs on both)"
+)
 def test_a_preempted_machine_is_recovered_and_the_job_resumes(
     team, project, detect_version, gpu_h100, workers, tmp_path, monkeypatch
 ):
@@ -662,6 +670,10 @@ def test_a_preempted_machine_is_recovered_and_the_job_resumes(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.same_on_any_database(
+    "SkyPilot's answers and the remote trainer are what is tested; the job's rows are written "
+    "as a local job's (tests/training/test_engine.py runs on both)"
+)
 def test_cancelling_a_job_on_skypilot_cancels_its_managed_job(
     team, project, detect_version, gpu_h100, workers, tmp_path, monkeypatch
 ):
