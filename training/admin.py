@@ -1,16 +1,56 @@
 from django.contrib import admin
 
 from training.models import GpuType, TrainedModel, TrainingJob
+from training.services.cloud_prices import catalog_summary
 
 
 @admin.register(GpuType)
 class GpuTypeAdmin(admin.ModelAdmin):
-    list_display = ["name", "provider", "vram_gb", "hourly_price", "is_active", "sort_order"]
+    """The catalog: each type's price (set, or the operator's cost plus a markup), its provider
+    and what the provider rents for it, beside SkyPilot's catalog price for the same GPUs."""
+
+    list_display = [
+        "name",
+        "provider",
+        "vram_gb",
+        "hourly_price",
+        "operator_hourly_cost",
+        "markup_percent",
+        "is_active",
+        "sort_order",
+    ]
     list_editable = ["hourly_price", "is_active"]
     list_filter = ["provider", "is_active"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     filter_horizontal = ["plans"]
+    readonly_fields = ["catalog_price"]
+    fieldsets = [
+        (None, {"fields": ["name", "slug", "description", "is_active", "sort_order", "plans"]}),
+        ("Machine", {"fields": ["vram_gb", "fp16_tflops", "memory_bandwidth_gbs"]}),
+        (
+            "Price",
+            {
+                "fields": [
+                    "hourly_price",
+                    "operator_hourly_cost",
+                    "markup_percent",
+                    "catalog_price",
+                ],
+                "description": (
+                    "With the operator's cost and a markup, the price is worked out from them "
+                    "when saved."
+                ),
+            },
+        ),
+        ("Provider", {"fields": ["provider", "provider_options"]}),
+    ]
+
+    @admin.display(description="SkyPilot's catalog")
+    def catalog_price(self, gpu: GpuType) -> str:
+        if gpu.pk is None:
+            return "Save the type first."
+        return catalog_summary(gpu)
 
 
 def _read_only_except(model, *editable: str) -> list[str]:

@@ -1,5 +1,7 @@
 """Training: the GPU catalog, jobs with their attempts, metrics and logs, and trained models."""
 
+from decimal import ROUND_HALF_UP, Decimal
+
 from django.conf import settings
 from django.db import models
 
@@ -19,6 +21,30 @@ class GpuType(models.Model):
         max_digits=8, decimal_places=3, help_text="Price per hour in US dollars."
     )
     provider = models.CharField(max_length=30, help_text="Key of the provider that serves it.")
+    provider_options = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "What the provider rents for this type. SkyPilot: accelerators (required, e.g. "
+            "H100), count, infra or clouds and regions, use_spot, disk_size, "
+            "max_restarts_on_errors, provision_timeout_seconds. Never credentials: SkyPilot "
+            "reads those where it keeps them (~/.aws, ~/.kube, ...)."
+        ),
+    )
+    operator_hourly_cost = models.DecimalField(
+        max_digits=8,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        help_text="What an hour of it costs the operator (the cloud's bill), US dollars.",
+    )
+    markup_percent = models.DecimalField(
+        max_digits=6,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="With the operator's cost: the price is that cost plus this percentage.",
+    )
     plans = models.ManyToManyField(
         "billing.Plan", blank=True, related_name="gpu_types", help_text="Empty: every plan."
     )
@@ -31,6 +57,39 @@ class GpuType(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """The provider's options are ones it knows, with values it can use; a markup prices
+        the type from the operator's cost."""
+        from django.core.exceptions import ValidationError
+
+        errors: dict[str, list[str]] = {}
+        if self.provider_options is None:  # an emptied box
+            self.provider_options = {}
+        if self.provider == "skypilot":
+            from training.providers.skypilot import options_problems
+
+            # Empty: not configured yet (the training form says so and offers it to no one).
+            problems = options_problems(self.provider_options) if self.provider_options else []
+            if problems:
+                errors["provider_options"] = problems
+        elif self.provider_options:
+            errors["provider_options"] = [
+                f"Only the SkyPilot provider takes options; {self.provider or 'this'} takes none."
+            ]
+        if self.markup_percent is not None:
+            if self.operator_hourly_cost is None:
+                errors["markup_percent"] = ["A markup needs the operator's hourly cost."]
+            elif self.markup_percent < -100:
+                errors["markup_percent"] = ["A markup below -100% would be a negative price."]
+            else:
+                self.hourly_price = self.marked_up_price()
+        if errors:
+            raise ValidationError(errors)
+
+    def marked_up_price(self) -> Decimal:
+        cost, markup = self.operator_hourly_cost, self.markup_percent
+        return (cost * (1 + markup / 100)).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
 
 
 class JobState(models.TextChoices):

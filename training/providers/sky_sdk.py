@@ -21,6 +21,7 @@ from training.providers.base import ProviderError
 LAUNCH_SECONDS = 600.0  # a first launch may start SkyPilot's jobs controller: minutes
 QUERY_SECONDS = 60.0
 CANCEL_SECONDS = 120.0
+CATALOG_SECONDS = 30.0  # a first read downloads the catalogs
 # What queue_v2 sends back: failure_reason only comes when asked for.
 _FIELDS = ["job_id", "task_id", "job_name", "status", "failure_reason", "submitted_at"]
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -162,3 +163,58 @@ def cancel(job_ids: Iterable[int]) -> None:
         lambda: sky.jobs.cancel(job_ids=ids),
         CANCEL_SECONDS,
     )
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One machine of SkyPilot's price catalog carrying the asked-for GPUs."""
+
+    cloud: str
+    region: str
+    instance_type: str
+    price: float | None  # on-demand, US dollars an hour (None: the catalog has none)
+    spot_price: float | None
+
+
+def _price(value) -> float | None:
+    try:
+        price = float(value)
+    except (TypeError, ValueError):
+        return None
+    return price if price == price and price > 0 else None  # NaN: the catalog has no price
+
+
+def offers(accelerator: str, count: int, clouds: list[str] | None = None) -> list[Offer]:
+    """Every region's machine with `count` of `accelerator` in SkyPilot's catalogs (which its
+    API server downloads and keeps in ~/.sky/catalogs), on `clouds` or any of them."""
+    sky = _sky()
+    found = _call(
+        "read its GPU price catalog",
+        lambda: sky.client.sdk.list_accelerators(
+            gpus_only=True,
+            name_filter=f"^{re.escape(accelerator)}$",
+            quantity_filter=count,
+            clouds=clouds or None,
+            all_regions=True,
+            require_price=True,
+            case_sensitive=False,
+        ),
+        CATALOG_SECONDS,
+    )
+    listed = []
+    for name, items in (found or {}).items():
+        if str(name).lower() != accelerator.lower():
+            continue
+        for item in items:
+            if int(float(item.accelerator_count)) != count:
+                continue
+            listed.append(
+                Offer(
+                    cloud=str(item.cloud),
+                    region=str(item.region or ""),
+                    instance_type=str(item.instance_type or ""),
+                    price=_price(item.price),
+                    spot_price=_price(item.spot_price),
+                )
+            )
+    return listed

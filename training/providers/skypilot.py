@@ -3,8 +3,9 @@ running the remote trainer (`python -m training.runner --remote`), which talks t
 HTTPS only. SkyPilot picks the cloud and region, recovers a preempted spot machine (the trainer
 resumes from its last checkpoint) and tears the machine down when the job ends or is cancelled.
 
-What each GPU type rents comes from `settings.TRAINING_SKYPILOT_TYPES` (GPU type slug ->
-options, see `OPTION_KEYS`); SkyPilot itself is called only through `sky_sdk`.
+What each GPU type rents comes from its options in the admin (GpuType.provider_options, see
+`OPTION_KEYS`), else from `settings.TRAINING_SKYPILOT_TYPES` (GPU type slug -> options);
+SkyPilot itself is called only through `sky_sdk`.
 """
 
 import json
@@ -95,18 +96,60 @@ def phase_for(status: str, failure_reason: str = "", *, trainer_reported: bool) 
     return PhaseReport(phase, status)
 
 
-def type_options(gpu_slug: str) -> dict:
-    options = settings.TRAINING_SKYPILOT_TYPES.get(gpu_slug)
-    if not options or not options.get("accelerators"):
-        raise ProviderError(
-            f"The GPU type {gpu_slug} has no SkyPilot accelerator in TRAINING_SKYPILOT_TYPES."
-        )
+def _strings(value) -> bool:
+    items = value if isinstance(value, list | tuple) else [value]
+    return all(isinstance(v, str) and v.strip() for v in items) and bool(items)
+
+
+def _whole(value, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+_CHECKS = {
+    "accelerators": (lambda v: isinstance(v, str) and bool(v.strip()), "a name such as H100"),
+    "count": (lambda v: _whole(v, 1), "a whole number of at least 1"),
+    "infra": (_strings, "a cloud[/region[/zone]] or a list of them"),
+    "clouds": (_strings, "a cloud or a list of clouds"),
+    "regions": (_strings, "a region or a list of regions"),
+    "use_spot": (lambda v: isinstance(v, bool), "true or false"),
+    "disk_size": (lambda v: _whole(v, 1), "a whole number of GB"),
+    "max_restarts_on_errors": (lambda v: _whole(v, 0), "a whole number, 0 or more"),
+    "provision_timeout_seconds": (lambda v: _whole(v, 60), "a whole number of at least 60"),
+}
+
+
+def options_problems(options) -> list[str]:
+    """What is wrong with a GPU type's SkyPilot options, in words for the admin ([]: none)."""
+    if not isinstance(options, dict):
+        return ['The options are a JSON object, e.g. {"accelerators": "H100"}.']
+    problems = []
     unknown = sorted(set(options) - set(OPTION_KEYS))
     if unknown:
-        raise ProviderError(
-            f"TRAINING_SKYPILOT_TYPES[{gpu_slug!r}] has options SkyPilot's provider does not "
-            f"know: {', '.join(unknown)} (known: {', '.join(OPTION_KEYS)})."
+        problems.append(
+            f"Options SkyPilot's provider does not know: {', '.join(unknown)} "
+            f"(known: {', '.join(OPTION_KEYS)})."
         )
+    if not options.get("accelerators"):
+        problems.append("accelerators is required: SkyPilot's name for the GPU, e.g. H100.")
+    for key, (ok, wanted) in _CHECKS.items():
+        if key in options and options[key] is not None and not ok(options[key]):
+            problems.append(f"{key} must be {wanted}, not {json.dumps(options[key])}.")
+    return problems
+
+
+def type_options(gpu_slug: str) -> dict:
+    """What SkyPilot rents for a GPU type: its options in the admin, else the ones
+    TRAINING_SKYPILOT_TYPES gives it (a deployment configured from its environment)."""
+    stored = GpuType.objects.filter(slug=gpu_slug).values_list("provider_options", flat=True)
+    options = next(iter(stored), None) or settings.TRAINING_SKYPILOT_TYPES.get(gpu_slug) or {}
+    if not options.get("accelerators"):
+        raise ProviderError(
+            f"The GPU type {gpu_slug} has no SkyPilot accelerator: set its options in the "
+            "admin (or TRAINING_SKYPILOT_TYPES)."
+        )
+    problems = options_problems(options)
+    if problems:
+        raise ProviderError(f"The SkyPilot options of {gpu_slug} are refused: {' '.join(problems)}")
     return options
 
 
@@ -116,7 +159,7 @@ def _as_list(value) -> list[str]:
     return [str(v) for v in (value if isinstance(value, list | tuple) else [value])]
 
 
-def _infras(options: dict) -> list[str]:
+def infras_of(options: dict) -> list[str]:
     infras = _as_list(options.get("infra"))
     clouds, regions = _as_list(options.get("clouds")), _as_list(options.get("regions"))
     if clouds and regions:
@@ -139,7 +182,7 @@ def resources_for(options: dict) -> dict:
     }
     if options.get("disk_size"):
         resources["disk_size"] = int(options["disk_size"])
-    infras = _infras(options)
+    infras = infras_of(options)
     if len(infras) == 1:
         resources["infra"] = infras[0]
     elif infras:  # any one of them, whichever SkyPilot finds cheapest and free

@@ -303,8 +303,12 @@ def provider_unready(gpu: GpuType) -> str:
     if gpu.provider == "skypilot":
         if importlib.util.find_spec("sky") is None:
             return "SkyPilot is not installed on this server (pip install -e '.[cloud]')."
-        if not (settings.TRAINING_SKYPILOT_TYPES.get(gpu.slug) or {}).get("accelerators"):
-            return "SkyPilot is not told what to rent for it (TRAINING_SKYPILOT_TYPES)."
+        options = gpu.provider_options or settings.TRAINING_SKYPILOT_TYPES.get(gpu.slug) or {}
+        if not options.get("accelerators"):
+            return (
+                "SkyPilot is not told what to rent for it (its options in the admin, or "
+                "TRAINING_SKYPILOT_TYPES)."
+            )
     if gpu.provider == "command" and not settings.TRAINING_COMMAND:
         return "The command provider has no command (TRAINING_COMMAND)."
     if gpu.provider in ("skypilot", "command") and not settings.TRAINING_EVENTS_URL:
