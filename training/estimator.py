@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import metadata
 
 from django.conf import settings
@@ -186,6 +187,11 @@ class Calibration:
     factor: float = 1.0  # actual / predicted training time, geometric mean
     spread: float = 0.0  # largest |log(actual / predicted) - log(factor)|, as a fraction
     startup_seconds: float | None = None  # median started_at → first_batch_at
+    # At a provider (SkyPilot), the medians of its phases in that start-up: renting the
+    # machine, then its set-up until the trainer's first report (first attempts only).
+    provisioning_seconds: float | None = None
+    setup_seconds: float | None = None
+    startups: int = 0  # jobs the start-up figures come from
     cpu_gflops: float | None = None  # this machine's fitted training rate (CPU only)
     cpu_overhead: float | None = None  # and its per-epoch overhead
 
@@ -229,19 +235,47 @@ def _fit_cpu(jobs: list[TrainingJob]) -> tuple[float, float] | None:
     return 1 / slope, max(intercept, 0.0)
 
 
+def _provider_phase_seconds(job: TrainingJob) -> tuple[float | None, float | None]:
+    """(provisioning, setting up) seconds of the job's first attempt, from the provider's
+    phases the supervisor kept on it; None where the provider reported no such phase."""
+    first = next((a for a in job.attempt_rows.all() if a.number == 1), None)
+    at: dict[str, datetime] = {}
+    for phase in (first.provider_phases if first else None) or []:
+        at.setdefault(phase.get("phase"), datetime.fromisoformat(phase["at"]))
+    provisioning, setting_up, running = (
+        at.get("provisioning"),
+        at.get("setting_up"),
+        at.get("running"),
+    )
+    after_provisioning = setting_up or running
+    rent = (
+        (after_provisioning - provisioning).total_seconds()
+        if provisioning and after_provisioning
+        else None
+    )
+    setup = (running - setting_up).total_seconds() if setting_up and running else None
+    return rent, setup
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def _job_cost(job: TrainingJob) -> ModelCost:
     return model_cost(job.model_family, job.model_size, job.task)
 
 
 def _calibration_compute(gpu: GpuType) -> Calibration:
-    jobs = list(_calibration_jobs(gpu).prefetch_related("epoch_metrics").order_by("pk"))
+    jobs = list(
+        _calibration_jobs(gpu).prefetch_related("epoch_metrics", "attempt_rows").order_by("pk")
+    )
     base = Calibration()
     if _is_cpu(gpu):
         fit = _fit_cpu(jobs)
         if fit is not None:
             base = Calibration(cpu_gflops=fit[0], cpu_overhead=fit[1])
     ratios = []
-    startups = []
+    startups, rents, setups = [], [], []
     for job in jobs:
         config = config_of_job(job)
         if not config.train_images or job.epochs_done != job.epochs:
@@ -252,20 +286,25 @@ def _calibration_compute(gpu: GpuType) -> Calibration:
             ratios.append(math.log(actual / predicted))
         if job.started_at:
             startups.append((job.first_batch_at - job.started_at).total_seconds())
+        rent, setup = _provider_phase_seconds(job)
+        rents += [rent] if rent is not None else []
+        setups += [setup] if setup is not None else []
+    start_up = {
+        "startup_seconds": _median(startups),
+        "provisioning_seconds": _median(rents),
+        "setup_seconds": _median(setups),
+        "startups": len(startups),
+        "cpu_gflops": base.cpu_gflops,
+        "cpu_overhead": base.cpu_overhead,
+    }
     if not ratios:
-        return Calibration(
-            startup_seconds=statistics.median(startups) if startups else None,
-            cpu_gflops=base.cpu_gflops,
-            cpu_overhead=base.cpu_overhead,
-        )
+        return Calibration(**start_up)
     mean = statistics.fmean(ratios)
     return Calibration(
         jobs=len(ratios),
         factor=math.exp(mean),
         spread=math.exp(max(abs(r - mean) for r in ratios)) - 1,
-        startup_seconds=statistics.median(startups) if startups else None,
-        cpu_gflops=base.cpu_gflops,
-        cpu_overhead=base.cpu_overhead,
+        **start_up,
     )
 
 
@@ -353,6 +392,28 @@ def _size_words(config: EstimateConfig) -> str:
     return f"{article} {label} model at {config.imgsz} px"
 
 
+def _startup_words(startup: float, cal: Calibration) -> str:
+    """How long a machine of this type takes to be ready, and what that is made of."""
+    from training.templatetags.training_format import duration
+
+    if cal.startup_seconds is None:
+        return (
+            f"Getting a machine ready counts {duration(startup)} (renting it, installing the "
+            "trainer, building the model): a first guess until a job has run on this type."
+        )
+    parts = []
+    if cal.provisioning_seconds is not None:
+        parts.append(f"{duration(cal.provisioning_seconds)} renting the machine")
+    if cal.setup_seconds is not None:
+        parts.append(f"{duration(cal.setup_seconds)} setting it up")
+    made_of = f" ({' and '.join(parts)})" if parts else ""
+    n = cal.startups
+    return (
+        f"Getting a machine ready counts {duration(startup)}{made_of}, the median of "
+        f"{n} past job{'s' if n != 1 else ''} on this type; the credit hold covers it."
+    )
+
+
 def microcredits(seconds: float, gpu: GpuType) -> int:
     """What the estimate shows for `seconds` on `gpu`: whole seconds, as the estimate reads."""
     return per_hour_to_micro(round(seconds), gpu.hourly_price)
@@ -407,6 +468,8 @@ def estimate(config: EstimateConfig, gpu: GpuType, *, measure: bool = True) -> E
             bottleneck = "compute"
             explanation = f"{what} is limited by the GPU's compute: a faster GPU finishes sooner."
         explanation += " " + memory_words
+    if gpu.provider != "local":
+        explanation += " " + _startup_words(startup, cal)
     if cal.jobs:
         explanation += (
             f" Corrected by {cal.jobs} finished job{'s' if cal.jobs != 1 else ''} "

@@ -207,6 +207,39 @@ def test_finished_jobs_calibrate_the_next_estimate_and_narrow_its_range(catalog,
     assert estimate(config, catalog["l40s"]).calibration_jobs == 0
 
 
+def test_a_cloud_types_start_up_is_learned_with_its_provisioning_and_set_up(catalog, team, project):
+    """A SkyPilot type's start-up comes from its past jobs (the median of started → first
+    batch), and the explanation says what it is made of, from the provider's phases the
+    supervisor kept on each job's first attempt; before any job, it says it is a guess."""
+    from training.models import TrainingAttempt
+
+    gpu = catalog["h100-80gb"]
+    config = _config(imgsz=320, batch=-1, epochs=10, train_images=3, val_images=1)
+    first = estimate(config, gpu).explanation
+    assert "Getting a machine ready counts 1 min 30 s" in first and "a first guess" in first
+    version = small_version(access=team.access("owner"))
+    for rent, setup in ((100, 50), (120, 60), (140, 70)):
+        job = _finished_on(gpu, project=project, version=version, user=team.owner, ratio=1.0)
+        # Queued 5 s, rented, set up, then 10 s building the model before the first batch.
+        job.started_at = t0 = job.first_batch_at - timedelta(seconds=5 + rent + setup + 10)
+        job.save(update_fields=["started_at"])
+        at = lambda s, t0=t0: (t0 + timedelta(seconds=s)).isoformat()  # noqa: E731
+        phases = [
+            {"phase": "queued", "label": "Queued at the provider", "at": at(0)},
+            {"phase": "provisioning", "label": "Provisioning", "at": at(5)},
+            {"phase": "setting_up", "label": "Setting up", "at": at(5 + rent)},
+            {"phase": "running", "label": "Running", "at": at(5 + rent + setup)},
+        ]
+        TrainingAttempt.objects.create(job=job, number=1, worker="w", provider_phases=phases)
+    cal = calibration_for(gpu)
+    assert (cal.provisioning_seconds, cal.setup_seconds, cal.startups) == (120, 60, 3)
+    after = estimate(config, gpu)
+    assert (
+        "Getting a machine ready counts 3 min 15 s (2 min 00 s renting the machine and 1 min 00 s "
+        "setting it up), the median of 3 past jobs on this type" in after.explanation
+    )
+
+
 # --- the form's panel --------------------------------------------------------------------------
 
 
