@@ -116,7 +116,10 @@ class LabelStatus(models.TextChoices):
 
 
 class Image(models.Model):
-    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="images")
+    # No index of its own: each index below starts with the dataset.
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, related_name="images", db_index=False
+    )
     blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="images")
     filename = models.CharField(
         max_length=255, help_text="As uploaded; shown escaped, never a path."
@@ -151,7 +154,10 @@ class Image(models.Model):
                 condition=models.Q(status__in=LabelStatus.values), name="image_status_valid"
             ),
         ]
+        # (dataset, [filter,] id): a gallery page is a range of one of these, whatever the
+        # dataset's size or where the page is in it.
         indexes = [
+            models.Index(fields=["dataset", "id"], name="image_dataset_id_idx"),
             models.Index(fields=["dataset", "split", "id"]),
             models.Index(fields=["dataset", "status", "id"]),
         ]
@@ -182,10 +188,11 @@ class Label(models.Model):
 
     class Meta:
         ordering = ["id"]
-        # (image, class) answers "does this image have a label of class C" from the index alone,
-        # which the gallery's class filter asks for every image it pages through.
+        # (image, class): an image's labels, and "has this image a label of class C".
+        # (class, image): a class's images in id order, from the index alone: the gallery's
+        # class filter reads a page of them from its keyset on (see GalleryFilter.apply).
         indexes = [
-            models.Index(fields=["dataset_class"]),
+            models.Index(fields=["dataset_class", "image"], name="label_class_image_idx"),
             models.Index(fields=["image", "dataset_class"]),
         ]
 

@@ -2,12 +2,14 @@
 details, and how names and classes are shown (the writes: datasets.services.gallery).
 """
 
+import json
 import math
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
+from django.db import connections
 from django.db.models import Prefetch, QuerySet
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
@@ -24,6 +26,10 @@ from datasets.models import (
 )
 
 PAGE_SIZE = 60
+# Up to this many matching images are counted exactly (reading at most this many + 1 rows);
+# past it the gallery shows PostgreSQL's estimate, said to be one. Counting all of a million
+# images took most of a page's time (bench/gallery.py).
+EXACT_COUNT_MAX = 10_000
 TILE_PX = 180  # the box a gallery thumbnail is shown in, CSS pixels
 _NON_SCALING = 'vector-effect="non-scaling-stroke"'
 # Stroke colours by class index: distinct on photos and on each other, light and dark.
@@ -106,28 +112,57 @@ class GalleryFilter:
     def active(self) -> bool:
         return bool(self.params())
 
-    def apply(self, queryset: QuerySet[Image], *, dataset: Dataset) -> QuerySet[Image]:
-        if self.split:
-            queryset = queryset.filter(split=self.split)
-        if self.class_id:
-            # A semi-join on the class's labels: PostgreSQL hashes that class's image ids once
-            # instead of probing labels for every image it pages or counts through.
-            queryset = queryset.filter(
-                pk__in=Label.objects.filter(dataset_class_id=self.class_id).values("image_id")
-            )
-        if self.labelled == "yes":
-            queryset = queryset.filter(label_count__gt=0)
-        elif self.labelled == "no":
-            queryset = queryset.filter(label_count=0)
-        if self.status:
-            queryset = queryset.filter(status=self.status)
-        if self.problems:
-            queryset = queryset.filter(pk__in=problem_image_ids(dataset=dataset))
-        if self.problem:
-            queryset = queryset.filter(
-                pk__in=problem_image_ids(dataset=dataset, finding_id=self.problem)
-            )
-        return queryset
+    def apply(
+        self,
+        queryset: QuerySet[Image],
+        *,
+        dataset: Dataset,
+        id_gt: int | None = None,
+        id_lt: int | None = None,
+    ) -> QuerySet[Image]:
+        """The images that pass the filter, with ids in (id_gt, id_lt) when given."""
+        return self.keyset(dataset=dataset)(queryset, id_gt=id_gt, id_lt=id_lt)
+
+    def keyset(self, *, dataset: Dataset) -> Callable[..., QuerySet[Image]]:
+        """apply() for the several bounded queries of one page, the findings read once. A
+        keyset bound goes into the class's labels too, so the (class, image) index is read
+        from the page on instead of from the class's first image."""
+        problems = problem_image_ids(dataset=dataset) if self.problems else None
+        one_finding = (
+            problem_image_ids(dataset=dataset, finding_id=self.problem) if self.problem else None
+        )
+
+        def bounded(
+            queryset: QuerySet[Image], *, id_gt: int | None = None, id_lt: int | None = None
+        ) -> QuerySet[Image]:
+            if id_gt is not None:
+                queryset = queryset.filter(pk__gt=id_gt)
+            if id_lt is not None:
+                queryset = queryset.filter(pk__lt=id_lt)
+            if self.split:
+                queryset = queryset.filter(split=self.split)
+            if self.class_id:
+                # A semi-join on the class's labels, read from the (class, image) index in
+                # image order: a page reads about a page of them, wherever it is.
+                labels = Label.objects.filter(dataset_class_id=self.class_id)
+                if id_gt is not None:
+                    labels = labels.filter(image_id__gt=id_gt)
+                if id_lt is not None:
+                    labels = labels.filter(image_id__lt=id_lt)
+                queryset = queryset.filter(pk__in=labels.values("image_id"))
+            if self.labelled == "yes":
+                queryset = queryset.filter(label_count__gt=0)
+            elif self.labelled == "no":
+                queryset = queryset.filter(label_count=0)
+            if self.status:
+                queryset = queryset.filter(status=self.status)
+            if problems is not None:
+                queryset = queryset.filter(pk__in=problems)
+            if one_finding is not None:
+                queryset = queryset.filter(pk__in=one_finding)
+            return queryset
+
+        return bounded
 
 
 def problem_image_ids(*, dataset: Dataset, finding_id: int | None = None) -> set[int]:
@@ -153,13 +188,63 @@ class Shape:
     dots: str = ""  # keypoints as a path of zero-length segments (drawn as round dots)
 
 
+@dataclass(frozen=True)
+class ImageCount:
+    """How many images match: counted, or PostgreSQL's estimate when counting would be slow."""
+
+    value: int
+    exact: bool
+
+    @property
+    def text(self) -> str:
+        """ "1,234", or "about 1,200,000" (an estimate, to two significant figures)."""
+        if self.exact:
+            return f"{self.value:,}"
+        return f"about {int(float(f'{self.value:.2g}')):,}"
+
+
+def _planner_rows(queryset: QuerySet) -> int | None:
+    """PostgreSQL's estimate of the rows a query returns, from its statistics (a plan, not a
+    run: well under a millisecond); None on databases that give none (SQLite)."""
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql":
+        return None
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+def image_count(queryset: QuerySet[Image], *, exact_max: int | None = None) -> ImageCount:
+    """Exact when at most `exact_max` images match (reading at most that many + 1), else the
+    planner's estimate. Exact all the same where there is no estimate (SQLite) or where it
+    cannot be right (at most `exact_max`, when more were just read: statistics older than a
+    big import), as counting is then the only honest answer."""
+    cap = EXACT_COUNT_MAX if exact_max is None else exact_max
+    queryset = queryset.order_by().values("pk")
+    counted = queryset[: cap + 1].count()
+    if counted <= cap:
+        return ImageCount(counted, exact=True)
+    estimate = _planner_rows(queryset)
+    if estimate is None or estimate <= cap:
+        return ImageCount(queryset.count(), exact=True)
+    return ImageCount(estimate, exact=False)
+
+
 @dataclass
 class GalleryPage:
     images: list[Image]
-    total: int
+    count: ImageCount
     has_previous: bool
     has_next: bool
     classes: dict[int, DatasetClass] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.count.value
 
     @property
     def first_id(self) -> int | None:
@@ -325,27 +410,31 @@ def gallery_page(
     classes: dict[int, DatasetClass] | None = None,
 ) -> GalleryPage:
     """One page of the filtered images in id order, by keyset: `after` an id (the next page) or
-    `before` one (the previous page). A fixed number of queries, whatever the page size."""
+    `before` one (the previous page). A fixed number of queries, whatever the page size, and
+    about a page of rows read wherever the page is (see GalleryFilter.apply, image_count)."""
     classes = dataset_classes(dataset=dataset) if classes is None else classes
-    matching = flt.apply(Image.objects.filter(dataset=dataset), dataset=dataset)
-    rows = matching.select_related("blob").prefetch_related(_label_prefetch())
+    base = Image.objects.filter(dataset=dataset)
+    bounded = flt.keyset(dataset=dataset)
+
+    def matching(**bounds) -> QuerySet[Image]:
+        return bounded(base, **bounds)
+
+    def rows(**bounds) -> QuerySet[Image]:
+        return matching(**bounds).select_related("blob").prefetch_related(_label_prefetch())
+
     if before is not None:
-        images = list(rows.filter(pk__lt=before).order_by("-pk")[: size + 1])
+        images = list(rows(id_lt=before).order_by("-pk")[: size + 1])
         has_previous = len(images) > size
         images = images[:size][::-1]
-        has_next = bool(images) and matching.filter(pk__gt=images[-1].pk).exists()
+        has_next = bool(images) and matching(id_gt=images[-1].pk).exists()
     else:
-        if after is not None:
-            rows = rows.filter(pk__gt=after)
-        images = list(rows.order_by("pk")[: size + 1])
+        images = list(rows(id_gt=after).order_by("pk")[: size + 1])
         has_next = len(images) > size
         images = images[:size]
-        has_previous = (
-            after is not None and bool(images) and matching.filter(pk__lt=images[0].pk).exists()
-        )
+        has_previous = after is not None and bool(images) and matching(id_lt=images[0].pk).exists()
     return GalleryPage(
         images=_decorate(images, classes, dataset),
-        total=matching.count(),
+        count=image_count(matching()),
         has_previous=has_previous,
         has_next=has_next,
         classes=classes,
@@ -362,9 +451,10 @@ def image_detail(*, dataset: Dataset, image: Image, flt: GalleryFilter) -> dict:
         .get()
     )
     _decorate([image], classes, dataset)
-    matching = flt.apply(Image.objects.filter(dataset=dataset), dataset=dataset)
-    previous = matching.filter(pk__lt=image.pk).order_by("-pk").values_list("pk", flat=True)
-    following = matching.filter(pk__gt=image.pk).order_by("pk").values_list("pk", flat=True)
+    base = Image.objects.filter(dataset=dataset)
+    bounded = flt.keyset(dataset=dataset)
+    previous = bounded(base, id_lt=image.pk).order_by("-pk").values_list("pk", flat=True)
+    following = bounded(base, id_gt=image.pk).order_by("pk").values_list("pk", flat=True)
     labels = [
         {
             "name": classes[lb.dataset_class_id].name if lb.dataset_class_id in classes else "?",
