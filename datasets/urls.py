@@ -15,6 +15,11 @@ urlpatterns = [
     path(D + "upload/", uploads.upload_page, name="upload_page"),
     path(D + "uploads/", uploads.upload_create, name="upload_create"),
     path(W + "imports/<int:import_pk>/", uploads.import_detail, name="import_detail"),
+    path(
+        W + "imports/<int:import_pk>/report.json",
+        uploads.import_report_download,
+        name="import_report_download",
+    ),
     path(W + "imports/<int:import_pk>/upload/", uploads.upload_status, name="upload_status"),
     path(
         W + "imports/<int:import_pk>/files/<int:file_index>/chunks/<int:chunk_index>/",

@@ -33,6 +33,14 @@ EPS = 1e-6
 OBB_TOLERANCE = 0.1
 
 
+# What a skipped entry was; the import report groups by it (datasets/services/import_report.py).
+SKIP_IMAGE = "image"  # an image not imported (unreadable, refused, not where its layout wants it)
+SKIP_LABEL = "label"  # one label refused (a line, an object, an annotation)
+SKIP_LABEL_FILE = "label_file"  # a whole label or annotation file refused
+SKIP_NO_IMAGE = "no_image"  # a label file, or an annotation's image, that matched no image
+SKIP_FILE = "file"  # a file that is neither an image nor labels Kestrel reads
+
+
 class LabelFileError(Exception):
     """A whole label file is unusable (listed once in the report)."""
 
@@ -58,9 +66,12 @@ class Parsed:
     format: str
     class_names: list[str]
     images: dict[str, ParsedImage]
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # file, reason, SKIP_*
     task: str | None = None
     keypoint_shape: list[int] | None = None
+    # How the files were read, in a sentence each, for the report: "12 label files paired by
+    # name in labels/train-labels/ (not mirroring the image folders)".
+    notes: list[str] = field(default_factory=list)
 
 
 Reader = Callable[[str, int], bytes]
@@ -174,10 +185,16 @@ def detect_and_parse(names: list[str], read: Reader, *, task: str, classes: list
         return parse_coco(images, coco, read, task=task, classes=classes)
     if xmls:
         return parse_voc(images, xmls, read, classes=classes)
+    # Label files in a layout Kestrel does not know: listed, never dropped in silence.
+    unread = [n for n in txts + jsons + xmls if n not in yamls]
     return Parsed(
         format="images",
         class_names=list(classes),
         images={n: ParsedImage(n, split_from_path(n)) for n in images},
+        skipped=[
+            (n, "not read: no layout Kestrel knows puts labels here", SKIP_LABEL_FILE)
+            for n in unread
+        ],
     )
 
 
@@ -233,14 +250,14 @@ def _label_path(image: str) -> str:
 
 
 def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: list[str]) -> Parsed:
-    skipped: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str, str]] = []
     yaml_task, kpt_shape, names, split_dirs = None, None, list(classes), {}
     if data_yaml is not None:
         yaml_name, doc = data_yaml
         try:
             names = _names_from_yaml(doc)
         except LabelFileError as e:
-            skipped.append((yaml_name, str(e)))
+            skipped.append((yaml_name, str(e), SKIP_LABEL_FILE))
         split_dirs = _yaml_split_dirs(yaml_name, doc)
         shape = doc.get("kpt_shape")
         if isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape):
@@ -264,7 +281,7 @@ def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: lis
             try:
                 text = _text(read, label_name, MAX_LABEL_FILE_BYTES)
             except LabelFileError as e:
-                skipped.append((label_name, f"label file {e}"))
+                skipped.append((label_name, f"label file {e}", SKIP_LABEL_FILE))
                 text = ""
             for lineno, line in enumerate(text.splitlines(), 1):
                 if not line.strip():
@@ -277,7 +294,7 @@ def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: lis
                         kpt_shape=kpt_shape,
                     )
                 except ValueError as e:
-                    skipped.append((f"{label_name}:{lineno}", f"label {e}"))
+                    skipped.append((f"{label_name}:{lineno}", f"label {e}", SKIP_LABEL))
                     continue
                 max_cls_seen = max(max_cls_seen, label.cls)
                 entry.labels.append(label)
@@ -286,7 +303,7 @@ def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: lis
         names = [f"class{i}" for i in range(max_cls_seen + 1)]
     for orphan in sorted(label_files - used_labels):
         if "/labels/" in "/" + orphan and not orphan.lower().endswith("classes.txt"):
-            skipped.append((orphan, "label file without a matching image"))
+            skipped.append((orphan, "label file without a matching image", SKIP_NO_IMAGE))
     return Parsed(
         format="yolo",
         class_names=names,
@@ -313,7 +330,7 @@ def _match_by_name(images: list[str]) -> dict[str, list[str]]:
 
 
 def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str]) -> Parsed:
-    skipped: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str, str]] = []
     by_base = _match_by_name(images)
     parsed_images: dict[str, ParsedImage] = {}
     names: list[str] = list(classes)
@@ -322,10 +339,10 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
         try:
             doc = json.loads(_text(read, coco_name, MAX_META_FILE_BYTES))
         except (LabelFileError, json.JSONDecodeError) as e:
-            skipped.append((coco_name, f"unreadable COCO JSON ({e})"))
+            skipped.append((coco_name, f"unreadable COCO JSON ({e})", SKIP_LABEL_FILE))
             continue
         if not isinstance(doc, dict) or not isinstance(doc.get("images"), list):
-            skipped.append((coco_name, "not a COCO file (no images list)"))
+            skipped.append((coco_name, "not a COCO file (no images list)", SKIP_LABEL_FILE))
             continue
         cats = sorted(
             (c for c in doc.get("categories", []) if isinstance(c, dict) and "id" in c),
@@ -345,14 +362,16 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
         coco_images: dict[int, ParsedImage] = {}
         for img in doc["images"]:
             if not isinstance(img, dict) or "id" not in img or "file_name" not in img:
-                skipped.append((coco_name, "an image entry without id or file_name"))
+                skipped.append((coco_name, "an image entry without id or file_name", SKIP_LABEL))
                 continue
             file_name = str(img["file_name"]).replace("\\", "/")
             candidates = by_base.get(posixpath.basename(file_name).lower(), [])
             exact = [c for c in candidates if c.endswith(file_name)]
             match = (exact or candidates)[:1]
             if not match:
-                skipped.append((file_name[:200], "listed in the COCO file but not uploaded"))
+                skipped.append(
+                    (file_name[:200], "listed in the COCO file but not uploaded", SKIP_NO_IMAGE)
+                )
                 continue
             path = match[0]
             split = file_split or split_from_path(path)
@@ -366,18 +385,22 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
                 continue
             entry = coco_images.get(ann.get("image_id"))
             if entry is None:
-                skipped.append((where, f"unknown image id {ann.get('image_id')!r}"))
+                skipped.append((where, f"unknown image id {ann.get('image_id')!r}", SKIP_LABEL))
                 continue
             if ann.get("category_id") not in cat_index:
-                skipped.append((where, f"unknown category id {ann.get('category_id')!r}"))
+                skipped.append(
+                    (where, f"unknown category id {ann.get('category_id')!r}", SKIP_LABEL)
+                )
                 continue
             if entry.declared_size is None:
-                skipped.append((where, "its image has no width/height in the COCO file"))
+                skipped.append(
+                    (where, "its image has no width/height in the COCO file", SKIP_LABEL)
+                )
                 continue
             try:
                 entry.labels.extend(_coco_labels(ann, cat_index[ann["category_id"]], entry, task))
             except ValueError as e:
-                skipped.append((where, f"label {e}"))
+                skipped.append((where, f"label {e}", SKIP_LABEL))
     for p in images:
         parsed_images.setdefault(p, ParsedImage(p, split_from_path(p)))
     return Parsed(
@@ -435,7 +458,7 @@ def _coco_labels(ann: dict, cls: int, entry: ParsedImage, task: str) -> list[Par
 
 
 def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
-    skipped: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str, str]] = []
     by_base = _match_by_name(images)
     by_stem: dict[str, list[str]] = {}
     for image in images:
@@ -447,7 +470,7 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
         try:
             root = ElementTree.fromstring(read(xml_name, MAX_LABEL_FILE_BYTES))
         except (ElementTree.ParseError, DefusedXmlException, LabelFileError) as e:
-            skipped.append((xml_name, f"unreadable XML ({type(e).__name__})"))
+            skipped.append((xml_name, f"unreadable XML ({type(e).__name__})", SKIP_LABEL_FILE))
             continue
         if root.tag != "annotation":
             continue
@@ -455,7 +478,7 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
         stem = posixpath.splitext(xml_name)[0].lower()
         match = by_base.get(filename.lower()) or by_stem.get(stem) or []
         if not match:
-            skipped.append((xml_name, "no uploaded image matches this annotation"))
+            skipped.append((xml_name, "no uploaded image matches this annotation", SKIP_NO_IMAGE))
             continue
         image = match[0]
         try:
@@ -463,7 +486,7 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
             if size[0] <= 0 or size[1] <= 0:
                 raise ValueError
         except (TypeError, ValueError):
-            skipped.append((xml_name, "no valid <size> width/height"))
+            skipped.append((xml_name, "no valid <size> width/height", SKIP_LABEL_FILE))
             continue
         parsed_images[image].declared_size = size
         for obj in root.iter("object"):
@@ -473,10 +496,10 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
                     [obj.findtext(f"bndbox/{k}") or "x" for k in ("xmin", "ymin", "xmax", "ymax")]
                 )
             except ValueError as e:
-                skipped.append((xml_name, f"object {name[:40]!r}: {e}"))
+                skipped.append((xml_name, f"object {name[:40]!r}: {e}", SKIP_LABEL))
                 continue
             if not name:
-                skipped.append((xml_name, "an object without a name"))
+                skipped.append((xml_name, "an object without a name", SKIP_LABEL))
                 continue
             raw.append((image, name, [x1, y1, x2, y2], size))
     for name in sorted({r[1] for r in raw}):
@@ -486,7 +509,7 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
         # VOC boxes are 1-based pixel corners (as Ultralytics' VOC converter reads them).
         box = [((x1 + x2) / 2 - 1) / w, ((y1 + y2) / 2 - 1) / h, (x2 - x1) / w, (y2 - y1) / h]
         if not _in_unit(box) or box[2] <= 0 or box[3] <= 0:
-            skipped.append((image, f"box of {name[:40]!r} outside the image"))
+            skipped.append((image, f"box of {name[:40]!r} outside the image", SKIP_LABEL))
             continue
         parsed_images[image].labels.append(
             ParsedLabel(names.index(name), LabelKind.BOX, _clip(box))
@@ -498,13 +521,15 @@ def parse_classification_folders(images: list[str], classes: list[str]) -> Parse
     """`split/class/image` or `class/image`: the folder names the class."""
     names = list(classes)
     parsed_images: dict[str, ParsedImage] = {}
-    skipped: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str, str]] = []
     found: dict[str, str] = {}
     for image in images:
         parts = image.split("/")
         dirs = [p for p in parts[:-1] if p.lower() not in SPLIT_NAMES]
         if not dirs:
-            skipped.append((image, "not inside a class folder (expected split/class/image)"))
+            skipped.append(
+                (image, "not inside a class folder (expected split/class/image)", SKIP_IMAGE)
+            )
             continue
         found[image] = dirs[-1]
     for cls_name in sorted(set(found.values())):

@@ -17,9 +17,20 @@ ALLOWED_FORMATS = {
     "WEBP": "image/webp",
     "BMP": "image/bmp",
     "TIFF": "image/tiff",
+    # Stored converted (CONVERTED): a GIF's first frame as PNG; HEIC/HEIF (when the server has
+    # the pillow-heif plugin) and AVIF as JPEG, which every browser and trainer reads.
+    "GIF": "image/png",
+    "HEIF": "image/jpeg",
+    "AVIF": "image/jpeg",
 }
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".mpo", ".jfif")
+CONVERTED = {"GIF": "PNG", "HEIF": "JPEG", "AVIF": "JPEG"}
+IMAGE_SUFFIXES = (
+    ".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".mpo", ".jfif", ".gif", ".heic",
+    ".heif", ".avif",
+)  # fmt: skip
 _ORIENTATION = 0x0112
+# ISO base media brands of HEIC/HEIF photos (iPhones): said by name when no plugin reads them.
+_HEIF_BRANDS = (b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1")
 
 
 class ImageRejected(Exception):
@@ -60,16 +71,28 @@ def image_check(data: bytes) -> CheckedImage:
                         f"{width}×{height} is more than {max_pixels // 1_000_000} megapixels"
                     )
                 orientation = img.getexif().get(_ORIENTATION, 1)
-                if fmt in ("JPEG", "MPO"):
-                    img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
-                img.load()
+                if fmt in CONVERTED:
+                    img.load()  # a GIF's (or a sequence's) first frame
+                    data, width, height = _convert(img, CONVERTED[fmt])
+                    orientation = 1  # applied by the conversion
+                else:
+                    if fmt in ("JPEG", "MPO"):
+                        img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
+                    img.load()
     except ImageRejected:
         raise
     except (UnidentifiedImageError, ImportError):
         # ImportError: a process that has imported Ultralytics (workers run models too) has
         # Image.open patched to try a HEIF plugin on what Pillow cannot identify; without that
         # plugin installed, a non-image ends there.
-        raise ImageRejected("not an image (content is not JPEG, PNG, WebP, BMP or TIFF)") from None
+        if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
+            raise ImageRejected(
+                "a HEIC/HEIF photo: this server cannot read it (it needs the pillow-heif "
+                "plugin); convert it to JPEG or ask the operator to install pillow-heif"
+            ) from None
+        raise ImageRejected(
+            "not an image (content is not JPEG, PNG, WebP, BMP, TIFF, GIF or AVIF)"
+        ) from None
     except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
         raise ImageRejected("too many pixels (decompression bomb)") from None
     except (OSError, SyntaxError, ValueError) as e:
@@ -96,3 +119,18 @@ def _apply_orientation(data: bytes) -> tuple[bytes, int, int]:
         save_kwargs = {"quality": 95} if fmt == "JPEG" else {}
         upright.save(out, format=fmt, **save_kwargs)
         return out.getvalue(), upright.width, upright.height
+
+
+def _convert(img: PILImage.Image, target: str) -> tuple[bytes, int, int]:
+    """The picture as a format every reader has: upright, the first frame, in `target`."""
+    upright = ImageOps.exif_transpose(img)
+    if target == "JPEG":
+        upright = upright.convert("RGB")
+        options = {"quality": 95}
+    else:
+        mode = "RGBA" if "transparency" in upright.info or upright.mode in ("RGBA", "LA") else "RGB"
+        upright = upright.convert(mode)
+        options = {}
+    out = io.BytesIO()
+    upright.save(out, format=target, **options)
+    return out.getvalue(), upright.width, upright.height

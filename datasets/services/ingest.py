@@ -47,12 +47,21 @@ from datasets.services.archive import (
 )
 from datasets.services.formats import (
     MAX_META_FILE_BYTES,
+    SKIP_FILE,
+    SKIP_IMAGE,
+    SKIP_LABEL,
     LabelFileError,
     Parsed,
     ParsedImage,
     detect_and_parse,
 )
 from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
+from datasets.services.import_report import (
+    full_report_save,
+    labels_found,
+    not_imported,
+    warning_for,
+)
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -62,6 +71,7 @@ BATCH = 500
 # Checking decodes (CPU, GIL released) and storing writes (I/O): twice the cores keeps both busy.
 CHECK_THREADS = max(4, min(16, 2 * (os.cpu_count() or 2)))
 MAX_REPORT_LINES = 1000
+MAX_NOTES = 50
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
 META_SUFFIXES = (".txt", ".yaml", ".yml", ".json", ".xml")
 IGNORED = ("__macosx/", ".ds_store", "thumbs.db", "desktop.ini")
@@ -165,7 +175,7 @@ def _open_upload(imp: Import, limits: Limits):
 class _Run:
     def __init__(self, dataset: Dataset, imp: Import, source, lease: Lease):
         self.dataset, self.imp, self.source, self.lease = dataset, imp, source, lease
-        self.skipped: list[tuple[str, str]] = []
+        self.skipped: list[tuple[str, str, str]] = []  # file, reason, SKIP_* kind
         self.writer = _BlobWriter()  # stores bytes; its list is removed again on failure
         self.new_blob_ids: list[int] = []
 
@@ -191,11 +201,11 @@ class _Run:
             if low.rsplit("/", 1)[-1].startswith("."):
                 continue
             if is_nested_archive(low):
-                self.skipped.append((entry.name, "nested archive (not unpacked)"))
+                self.skipped.append((entry.name, "nested archive (not unpacked)", SKIP_FILE))
             elif looks_like_image(low) or low.endswith(META_SUFFIXES):
                 usable.append(entry.name)
             else:
-                self.skipped.append((entry.name, "unsupported file"))
+                self.skipped.append((entry.name, "unsupported file", SKIP_FILE))
         existing = list(self.dataset.classes.order_by("index").values_list("name", flat=True))
         parsed = detect_and_parse(
             usable, self._read_small, task=self.dataset.task, classes=existing
@@ -204,6 +214,7 @@ class _Run:
         with transaction.atomic():
             report = self._write(parsed, existing)
             report["seconds"] = round(time.monotonic() - started, 2)
+            full_report_save(self.imp.pk, report, self.skipped)
             # The import's outcome commits with its rows, and only under this worker's lease:
             # a worker that was given up on rolls back instead of importing a second time.
             imported = report["images_imported"]
@@ -253,10 +264,10 @@ class _Run:
         images = _checked_images(self.source.iter_read(order), self.writer)
         for i, (name, checked) in enumerate(images, 1):
             if isinstance(checked, str):
-                self.skipped.append((name, checked))
+                self.skipped.append((name, checked, SKIP_IMAGE))
             elif checked.sha256 in seen:
                 duplicates += 1
-                self.skipped.append((name, f"duplicate of {seen[checked.sha256]}"))
+                self.skipped.append((name, f"duplicate of {seen[checked.sha256]}", SKIP_IMAGE))
             else:
                 seen[checked.sha256] = display_name(name)
                 pending.append((parsed.images[name], checked))
@@ -267,15 +278,24 @@ class _Run:
                 _progress(self.imp.pk, "importing images", i, total)
         self._flush(pending, classes, counts, per_class, splits)
         _progress(self.imp.pk, "saving", total, total)
+        created = [] if existing else [c.name for c in classes if c is not None]
+        empty = [name for name in created if not per_class[name]]
+        found = labels_found(self.skipped, counts["labels"])
         return {
             "format": parsed.format,
+            "notes": parsed.notes[:MAX_NOTES],
             "images_imported": counts["images"],
             "labels_imported": counts["labels"],
+            "labels_found": found,
             "labels_per_class": dict(per_class),
             "splits": dict(splits),
             "duplicates": duplicates,
             "skipped_count": len(self.skipped),
-            "skipped": [{"file": f, "reason": r} for f, r in self.skipped[:MAX_REPORT_LINES]],
+            "skipped": _listed(self.skipped),
+            "not_imported": not_imported(self.skipped, empty_classes=empty),
+            "warning": warning_for(
+                images_imported=counts["images"], labels_imported=counts["labels"], found=found
+            ),
             "classes": [c.name for c in DatasetClass.objects.filter(dataset=dataset)],
         }
 
@@ -335,6 +355,7 @@ class _Run:
                 (
                     parsed_image.name,
                     f"labels drawn for {dw}×{dh} but the image is {size[0]}×{size[1]}",
+                    SKIP_LABEL,
                 )
             )
             return []
@@ -342,7 +363,9 @@ class _Run:
         for label in parsed_image.labels:
             cls = classes[label.cls] if label.cls < len(classes) else None
             if cls is None:
-                self.skipped.append((parsed_image.name, "label of a class this dataset lacks"))
+                self.skipped.append(
+                    (parsed_image.name, "label of a class this dataset lacks", SKIP_LABEL)
+                )
                 continue
             out.append((cls, label.kind, label.data))
         return out
@@ -353,6 +376,10 @@ class _Run:
             sha = key.rsplit("/", 1)[-1]
             if not Blob.objects.filter(sha256=sha).exists():
                 default_storage.delete(key)
+
+
+def _listed(skipped: list[tuple[str, str, str]]) -> list[dict]:
+    return [{"file": f, "reason": r, "kind": k} for f, r, k in skipped[:MAX_REPORT_LINES]]
 
 
 class _BlobWriter:
@@ -423,9 +450,7 @@ def _execute(imp: Import, source, lease: Lease) -> Import:
         lease.finish(
             ImportStatus.FAILED,
             error=str(e),
-            report={
-                "skipped": [{"file": f, "reason": r} for f, r in run.skipped[:MAX_REPORT_LINES]]
-            },
+            report={"skipped": _listed(run.skipped), "skipped_count": len(run.skipped)},
         )
     except Exception:
         run.cleanup_failed()

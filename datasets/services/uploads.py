@@ -13,6 +13,7 @@ import logging
 import math
 import shutil
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime, timedelta
 from typing import BinaryIO
 
@@ -400,10 +401,52 @@ class ReportView:
     labels_per_class: list[tuple[str, int]]
     skipped: list[tuple[str, str]]
     skipped_count: int
+    labels_found: int = 0
+    warning: str = ""
+    notes: list[str] = dataclass_field(default_factory=list)
+    not_imported: list["NotImportedGroup"] = dataclass_field(default_factory=list)
 
     @property
     def skipped_not_listed(self) -> int:
         return max(0, self.skipped_count - len(self.skipped))
+
+
+@dataclass(frozen=True)
+class NotImportedGroup:
+    kind: str
+    title: str
+    count: int
+    reasons: list[tuple[str, int]]
+    files: list[tuple[str, str]]
+
+    @property
+    def files_not_listed(self) -> int:
+        return max(0, self.count - len(self.files))
+
+
+def _groups(value) -> list[NotImportedGroup]:
+    groups = []
+    for g in value if isinstance(value, list) else []:
+        if not isinstance(g, dict):
+            continue
+        groups.append(
+            NotImportedGroup(
+                kind=str(g.get("kind", "")),
+                title=str(g.get("title", "")),
+                count=_int(g.get("count")),
+                reasons=[
+                    (str(r.get("reason", "")), _int(r.get("count")))
+                    for r in g.get("reasons") or []
+                    if isinstance(r, dict)
+                ],
+                files=[
+                    (str(f.get("file", "")), str(f.get("reason", "")))
+                    for f in g.get("files") or []
+                    if isinstance(f, dict)
+                ],
+            )
+        )
+    return groups
 
 
 def _int(value) -> int:
@@ -433,4 +476,8 @@ def import_report_view(report) -> ReportView | None:
         labels_per_class=sorted(_pairs(report.get("labels_per_class")), key=lambda p: -p[1]),
         skipped=skipped,
         skipped_count=max(_int(report.get("skipped_count")), len(skipped)),
+        labels_found=_int(report.get("labels_found")),
+        warning=str(report.get("warning") or ""),
+        notes=[str(n) for n in report.get("notes") or [] if isinstance(n, str)],
+        not_imported=_groups(report.get("not_imported")),
     )

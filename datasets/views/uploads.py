@@ -19,6 +19,7 @@ from core.http import HtmxHttpRequest
 from datasets import selectors
 from datasets.models import Import, ImportStatus
 from datasets.services import uploads as services
+from datasets.services.import_report import full_report
 from datasets.services.ingest import import_progress
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -231,3 +232,17 @@ def import_detail(
     if request.htmx:
         template += "#status"
     return render(request, template, context)
+
+
+@workspace_view(Perm.READ)
+@require_GET
+def import_report_download(
+    request: HtmxHttpRequest, access: WorkspaceAccess, import_pk: int
+) -> HttpResponse:
+    """The import's whole report as JSON: every entry left out, with its reason and kind."""
+    imp = selectors.import_get(workspace=access.workspace, pk=import_pk)
+    response = JsonResponse(
+        full_report(imp), json_dumps_params={"ensure_ascii": False, "indent": 1}
+    )
+    response["Content-Disposition"] = f'attachment; filename="import-{imp.pk}-report.json"'
+    return response

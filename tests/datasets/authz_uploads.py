@@ -30,6 +30,8 @@ ROUTES = [
     Row("upload_complete", "post", "editor", 400, _ws(import_pk="@import")),
     # Like the API's GET /imports/{id}: anyone who may read the dataset may follow its imports.
     Row("import_detail", "get", "viewer", 200, _ws(import_pk="@import")),
+    # The whole report as JSON, for the same readers.
+    Row("import_report_download", "get", "viewer", 200, _ws(import_pk="@import")),
 ]
 
 

@@ -154,7 +154,9 @@ def test_content_addressed_blobs_are_shared_and_duplicates_reported(team, tmp_pa
     archive = zip_of(files, tmp_path / "dup.zip")
     first, imp = _import(team, archive, name="First")
     assert imp.report["images_imported"] == 2 and imp.report["duplicates"] == 1
-    assert {"file": "b.jpg", "reason": "duplicate of a.jpg"} in imp.report["skipped"]
+    assert {"file": "b.jpg", "reason": "duplicate of a.jpg", "kind": "image"} in imp.report[
+        "skipped"
+    ]
     blobs_before = Blob.objects.count()
     second, imp2 = _import(team, archive, name="Second")
     assert imp2.report["images_imported"] == 2

@@ -44,5 +44,29 @@ class Command(BaseCommand):
             "report": imp.report,
         }
         self.stdout.write(json.dumps(out, indent=2, ensure_ascii=False))
+        # What the import page leads with, for the person at the terminal (stdout stays JSON).
+        report = imp.report if isinstance(imp.report, dict) else {}
+        for line in report_lines(report):
+            self.stderr.write(line)
         if imp.status != ImportStatus.SUCCEEDED:
             raise CommandError(imp.error or "The import failed.")
+        if report.get("labels_found") and not report.get("labels_imported"):
+            raise CommandError(report.get("warning") or "Labels were found but none imported.")
+
+
+def report_lines(report: dict) -> list[str]:
+    lines = []
+    if report.get("warning"):
+        lines.append(f"Warning: {report['warning']}")
+    lines.append(
+        f"Imported {report.get('images_imported', 0):,} images and "
+        f"{report.get('labels_imported', 0):,} labels ({report.get('format') or 'no format'})."
+    )
+    groups = report.get("not_imported") or []
+    if groups:
+        lines.append("Not imported:")
+    for group in groups:
+        lines.append(f"  {group['title']}: {group['count']:,}")
+        for reason in group.get("reasons", []):
+            lines.append(f"    {reason['count']:,} × {reason['reason']}")
+    return lines
