@@ -55,6 +55,11 @@ class JobIn(Schema):
         description="Other Ultralytics training arguments: an object, or YAML text.",
     )
     quick_test: bool = Field(False, description="Two epochs on a small subset.")
+    train_anyway: bool = Field(
+        False,
+        description="Train despite the warnings of the version's data checks (the ones the "
+        "health page lists for it); errors refuse it whatever this says.",
+    )
 
 
 class AttemptOut(Schema):
@@ -229,6 +234,7 @@ def job_create(request: HttpRequest, payload: JobIn):
         base_model=base_model,
         quick_test=payload.quick_test,
         name=payload.name,
+        train_anyway=payload.train_anyway,
     )
     return Status(201, JobOut.of(job, workspace_slug=access.workspace.slug))
 

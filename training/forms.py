@@ -104,6 +104,11 @@ class TrainForm(forms.Form):
         help_text="YAML, one “name: value” per line.",
     )
     notify_email = forms.BooleanField(required=False, label="Email me when it ends")
+    train_anyway = forms.BooleanField(
+        required=False,
+        label="Train anyway",
+        help_text="Train on the version despite the warnings of its data checks.",
+    )
     budget_cap = forms.DecimalField(
         required=False,
         min_value=Decimal("0.01"),

@@ -26,13 +26,14 @@ from datasets.models import Blob, Dataset, DatasetClass, HealthFinding, Image, L
 from datasets.services.health_checks import (
     KIND_ORDER,
     SEVERITY_ORDER,
+    DataTally,
     DecodeResult,
+    data_findings,
     dhash,
     hash_to_db,
     label_findings,
     pixel_findings,
     plural,
-    split_findings,
 )
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -116,15 +117,21 @@ def _health_check(dataset: Dataset) -> list[dict]:
         .values_list("image_id", "dataset_class_id", "kind", "data")
         .iterator(chunk_size=5000)
     )
-    classes = list(DatasetClass.objects.filter(dataset=dataset).values_list("id", "name"))
+    classes = list(
+        DatasetClass.objects.filter(dataset=dataset).order_by("index").values_list("id", "name")
+    )
+    tally = DataTally(task=dataset.task, classes=classes)
+    for row in images:
+        tally.image(row[0], row[2])
     findings += label_findings(
         task=dataset.task,
         keypoint_shape=dataset.keypoint_shape,
         images=images,
         labels=labels,
-        classes=classes,
+        tally=tally,
     )
-    findings += split_findings(images)
+    # The same rules training applies to a version (datasets.services.version_checks).
+    findings += [finding.as_health() for finding in data_findings(tally)]
     return findings
 
 

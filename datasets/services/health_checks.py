@@ -22,6 +22,7 @@ POINT_EPSILON = 1e-6
 TINY_BOX_PX = 2
 TINY_BOX_AREA = 0.0001  # of the image
 IMBALANCE_RATIO = 10
+TINY_VAL_SHARE = 0.05  # of the images in train and val
 
 # The one label kind that belongs to each task; anything else is drawn but not trained on.
 TASK_LABEL_KIND = {
@@ -47,15 +48,24 @@ class Kind:
     CLASS_EMPTY = "class_empty"
     UNLABELLED = "unlabelled"
     NO_VAL = "no_val"
+    # The rules on splits and classes (data_findings), which training applies to a version too.
+    NO_LABELS = "no_labels"
+    NO_TRAIN = "no_train"
+    CLASS_NOT_IN_VAL = "class_not_in_val"
+    TINY_VAL = "tiny_val"
 
 
 # Within a severity, the report lists findings in this order: the ones that spoil most first.
 KIND_ORDER = [
+    Kind.NO_LABELS,
+    Kind.NO_TRAIN,
     Kind.UNREADABLE,
     Kind.LEAKAGE,
     Kind.LABEL_OUTSIDE,
     Kind.LABEL_MALFORMED,
     Kind.NO_VAL,
+    Kind.CLASS_NOT_IN_VAL,
+    Kind.TINY_VAL,
     Kind.CLASS_EMPTY,
     Kind.CLASS_IMBALANCE,
     Kind.NEAR_DUPLICATE,
@@ -164,8 +174,6 @@ class LabelProblems:
     tiny: Counter = field(default_factory=Counter)
     wrong_kind: Counter = field(default_factory=Counter)  # kind -> labels
     wrong_kind_images: set = field(default_factory=set)
-    per_class: Counter = field(default_factory=Counter)  # class id -> labels
-    class_images: dict = field(default_factory=lambda: defaultdict(set))
 
 
 def _numbers(data) -> list[float] | None:
@@ -341,11 +349,11 @@ def label_findings(
     keypoint_shape,
     images: list[tuple],
     labels: Iterable[tuple],
-    classes: list[tuple[int, str]],
+    tally: "DataTally",
 ) -> list[dict]:
-    """Labels outside the image, malformed, of a kind the task does not train on, tiny; classes
-    empty or rare; images without labels. `labels`: (image id, class id, kind, data) rows;
-    `classes`: (id, name) of every class."""
+    """Labels outside the image, malformed, of a kind the task does not train on, tiny; images
+    without labels. `labels`: (image id, class id, kind, data) rows, each also counted in
+    `tally` (whose images are `images`) for the split and class rules (data_findings)."""
     size = {row[0]: (row[7], row[8]) for row in images}
     expected_kind = TASK_LABEL_KIND.get(task)
     dims = None
@@ -353,8 +361,7 @@ def label_findings(
         dims = keypoint_shape[1]
     p = LabelProblems()
     for image_id, class_id, kind, data in labels:
-        p.per_class[class_id] += 1
-        p.class_images[class_id].add(image_id)
+        tally.label(image_id, class_id, kind)
         if kind != expected_kind:
             p.wrong_kind[kind] += 1
             p.wrong_kind_images.add(image_id)
@@ -418,7 +425,6 @@ def label_findings(
                 sorted(p.tiny),
             )
         )
-    findings += _class_findings(classes, p)
     if task != Task.CLASSIFY:
         unlabelled = [row[0] for row in images if row[3] == 0]
         if unlabelled:
@@ -435,52 +441,179 @@ def label_findings(
     return findings
 
 
-def _class_findings(classes: list[tuple[int, str]], p: LabelProblems) -> list[dict]:
-    if not classes:
+# --- the rules on splits and classes, one set for the health check and for training ------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule's verdict: `level` (Severity.ERROR blocks training, Severity.WARNING needs
+    “Train anyway”), `code` (a Kind), `sentence` (what the health page and the training form
+    both show), and the keys of the images it is about (image ids on the health check)."""
+
+    level: str
+    code: str
+    sentence: str
+    image_keys: tuple = ()
+
+    def as_health(self) -> dict:
+        """As a HealthFinding's fields."""
+        return _finding(self.code, self.level, self.sentence, self.image_keys)
+
+
+@dataclass
+class DataTally:
+    """What the split and class rules need, counted as training sees it: for classification
+    only class tags count, and an image without one is not trained on. Fed one image and one
+    label at a time (the health check streams its labels), by any keys: image ids and class
+    ids on the health check, positions in a version's manifest."""
+
+    task: str
+    classes: list[tuple]  # (key, name), in the dataset's order
+    split_of: dict = field(default_factory=dict)  # image key -> split
+    labelled: set = field(default_factory=set)  # image keys with a label training uses
+    labels: int = 0
+    per_class: Counter = field(default_factory=Counter)  # class key -> labels
+    class_images: dict = field(default_factory=lambda: defaultdict(set))
+    split_classes: dict = field(default_factory=lambda: defaultdict(set))  # split -> class keys
+
+    def image(self, key, split: str) -> None:
+        self.split_of[key] = split
+
+    def label(self, image_key, class_key, kind: str) -> None:
+        if self.task == Task.CLASSIFY and kind != LabelKind.TAG:
+            return
+        split = self.split_of.get(image_key)
+        if split is None:  # an image added since the images were read
+            return
+        self.labels += 1
+        self.labelled.add(image_key)
+        self.per_class[class_key] += 1
+        self.class_images[class_key].add(image_key)
+        self.split_classes[split].add(class_key)
+
+    def split_images(self) -> Counter:
+        """Images trained on, per split (every image, but for classification only tagged ones:
+        an untagged detection image is a background and is trained on)."""
+        if self.task == Task.CLASSIFY:
+            return Counter(self.split_of[k] for k in self.labelled)
+        return Counter(self.split_of.values())
+
+
+def data_findings(tally: DataTally) -> list[Finding]:
+    """The rules on labels, splits and classes. Errors: no labels at all, no train image, no
+    val image (Ultralytics measures every epoch on val and stops without it). Warnings: classes
+    trained on but absent from val, a tiny val split, classes without labels, imbalance."""
+    if not tally.split_of:
+        return []
+    findings: list[Finding] = []
+    if not tally.labels:
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                Kind.NO_LABELS,
+                "No labels at all: a model has nothing to learn from. Label some images "
+                "(then save a version to train on).",
+            )
+        )
+    counts = tally.split_images()
+    train, val = counts[Split.TRAIN], counts[Split.VAL]
+    what = "image with a class" if tally.task == Task.CLASSIFY else "image"
+    if tally.labels and not train:
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                Kind.NO_TRAIN,
+                f"No {what} is in the train split, so there is nothing to train on. Move "
+                "most of the images (80–90 %) to train, e.g. with auto-split.",
+            )
+        )
+    if not val:
+        findings.append(
+            Finding(
+                Severity.ERROR,
+                Kind.NO_VAL,
+                f"No {what} is in the val split. Training measures each epoch on val images "
+                "and cannot run without them; move some (10–20 %) to val, e.g. with "
+                "auto-split.",
+            )
+        )
+    elif train and val < TINY_VAL_SHARE * (train + val):
+        findings.append(
+            Finding(
+                Severity.WARNING,
+                Kind.TINY_VAL,
+                f"The val split is tiny: {plural(val, 'image')} against {train} in train "
+                f"({val / (train + val):.1%}). Accuracy measured on so few images swings "
+                "from epoch to epoch; 10–20 % in val is usual.",
+            )
+        )
+    if val:
+        findings += _not_in_val(tally)
+    findings += _class_findings(tally)
+    return findings
+
+
+def _not_in_val(tally: DataTally) -> list[Finding]:
+    """Trained on but absent from val: Ultralytics trains them and measures mAP over the
+    classes val has (coco8, its own example, is like that), so this is a warning."""
+    missing_keys = tally.split_classes[Split.TRAIN] - tally.split_classes[Split.VAL]
+    missing = [name for key, name in tally.classes if key in missing_keys]
+    if not missing:
+        return []
+    one = len(missing) == 1
+    return [
+        Finding(
+            Severity.WARNING,
+            Kind.CLASS_NOT_IN_VAL,
+            f"{'A class has' if one else f'{len(missing)} classes have'} no labels in val: "
+            f"{_names(missing)}. The model's accuracy on {'it' if one else 'them'} cannot be "
+            f"measured (training still uses {'it' if one else 'them'}); to measure it, move "
+            f"some of {'its' if one else 'their'} images to val.",
+            tuple(sorted({k for key in missing_keys for k in tally.class_images[key]})),
+        )
+    ]
+
+
+def _class_findings(tally: DataTally) -> list[Finding]:
+    classes, per_class = tally.classes, tally.per_class
+    if not classes or not tally.labels:
         return []
     findings = []
-    empty = [name for pk, name in classes if p.per_class[pk] == 0]
+    empty = [name for pk, name in classes if per_class[pk] == 0]
     if empty:
         findings.append(
-            _finding(
-                Kind.CLASS_EMPTY,
+            Finding(
                 Severity.WARNING,
+                Kind.CLASS_EMPTY,
                 f"Classes without labels: {len(empty)} ({_names(empty)}). A model cannot "
                 f"learn a class it never sees; label some or remove the class.",
             )
         )
-    counted = sorted(((p.per_class[pk], name, pk) for pk, name in classes if p.per_class[pk]))
+    counted = sorted(
+        ((per_class[pk], name, i, pk) for i, (pk, name) in enumerate(classes) if per_class[pk])
+    )
     if len(counted) >= 2:
-        largest_n, largest_name, _ = counted[-1]
+        largest_n, largest_name, _, _ = counted[-1]
         threshold = largest_n / IMBALANCE_RATIO
-        rare = [(n, name, pk) for n, name, pk in counted if n < threshold]
+        rare = [row for row in counted if row[0] < threshold]
         if rare:
-            smallest_n, smallest_name, _ = rare[0]
-            ids = sorted({i for _, _, pk in rare for i in p.class_images[pk]})
+            smallest_n, smallest_name, _, _ = rare[0]
+            keys = sorted({k for *_, pk in rare for k in tally.class_images[pk]})
             findings.append(
-                _finding(
-                    Kind.CLASS_IMBALANCE,
+                Finding(
                     Severity.WARNING,
+                    Kind.CLASS_IMBALANCE,
                     f"Classes are imbalanced: “{largest_name}” has {largest_n} labels, "
                     f"{largest_n / smallest_n:.0f}× as many as “{smallest_name}” "
                     f"({smallest_n}). Under a tenth of the largest: "
-                    f"{_names([name for _, name, _ in rare])}. The linked images show the rare "
-                    f"classes{_shown(len(ids))}.",
-                    ids,
+                    f"{_names([row[1] for row in rare])}.",
+                    tuple(keys),
                 )
             )
     return findings
 
 
-def split_findings(images: list[tuple]) -> list[dict]:
-    """No image in val."""
-    if any(row[2] == Split.VAL for row in images):
-        return []
-    return [
-        _finding(
-            Kind.NO_VAL,
-            Severity.WARNING,
-            "No image is in the val split. Training measures progress on val images; move "
-            "some (10–20 %) to val.",
-        )
-    ]
+def findings_sorted(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, then warnings; within a level, the kinds that spoil most first."""
+    rank = {kind: i for i, kind in enumerate(KIND_ORDER)}
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER.get(f.level, 9), rank.get(f.code, 99)))

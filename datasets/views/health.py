@@ -13,6 +13,7 @@ from datasets.services import health as health_services
 from datasets.services import health_runs
 from datasets.services import stats as stats_services
 from datasets.services.thumbnails import thumbnails_request
+from datasets.services.version_checks import version_check
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -40,6 +41,14 @@ def dataset_health(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -
         )
     findings, no_thumbnail = health_services.health_findings_with_previews(dataset=dataset)
     thumbnails_request(blob_ids=no_thumbnail)
+    # A version's data checks, as the training form shows them (?version=<number>; the newest).
+    versions = list(dataset.versions.order_by("-number").only("pk", "number", "dataset_id"))
+    asked = request.GET.get("version", "")
+    version = next((v for v in versions if str(v.number) == asked), None) or (
+        versions[0] if versions else None
+    )
+    if version is not None:
+        version.dataset = dataset
     sections = [
         {
             "severity": severity,
@@ -59,6 +68,8 @@ def dataset_health(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -
             "failed_run": latest if latest and latest.state == HealthRunState.FAILED else None,
             "sections": sections,
             "finding_total": len(findings),
+            "versions": versions,
+            "version_check": version_check(version) if version is not None else None,
         },
     )
 

@@ -85,12 +85,15 @@ def test_bad_arguments_are_refused(team, project, detect_version, gpu_local, cha
 def test_a_version_with_no_labels_is_refused(team, project, detect_version, gpu_local):
     Label.objects.filter(image__dataset=detect_version.dataset).delete()
     empty = version_create(access=access_of(team), dataset=detect_version.dataset)
-    refused(team, project, empty, gpu_local, params(), "has no labels")
+    refused(team, project, empty, gpu_local, params(), "cannot be trained: No labels at all")
+    # An error refuses whatever “Train anyway” says.
+    refused(team, project, empty, gpu_local, params(), "No labels at all", train_anyway=True)
 
 
 def test_a_class_missing_from_val_is_trained_with_a_warning(team, project, gpu_local):
     # coco8 as it is: its train classes (giraffe, zebra, ...) never appear in val. Ultralytics
-    # trains it and measures mAP over the classes val has, so it is not refused.
+    # trains it and measures mAP over the classes val has, so it is trained once told to
+    # (tests/training/test_data_checks.py has the rest of the rule set).
     version = version_of(
         user=team.owner,
         workspace=team.workspace,
@@ -98,12 +101,14 @@ def test_a_class_missing_from_val_is_trained_with_a_warning(team, project, gpu_l
         task="detect",
         name="coco8 raw",
     )
+    refused(team, project, version, gpu_local, params(), "Tick “Train anyway”")
     job = job_submit(
         access=access_of(team),
         project=project,
         version=version,
         gpu_type_id=gpu_local.pk,
         params=params(),
+        train_anyway=True,
     )
     assert job.state == JobState.QUEUED
     warning = version_unmeasured_warning(version)
@@ -124,7 +129,16 @@ def test_a_version_without_val_is_refused(team, project, gpu_local, tmp_path):
     version = version_of(
         user=team.owner, workspace=team.workspace, folder=folder, task="detect", name="noval"
     )
-    refused(team, project, version, gpu_local, params(), "no validation images")
+    refused(team, project, version, gpu_local, params(), "No image is in the val split")
+    refused(
+        team,
+        project,
+        version,
+        gpu_local,
+        params(),
+        "No image is in the val split",
+        train_anyway=True,
+    )
 
 
 def test_fine_tuning_a_model_of_another_task_is_refused(team, project, detect_version, gpu_local):

@@ -136,8 +136,12 @@ def test_a_version_with_classes_missing_from_val_trains_and_says_what_is_not_mea
     assert "“zebra”" in warning.group(1) and "no labels in val" in warning.group(1)
     assert "cannot be measured" in warning.group(1)
     assert "move some of their images to val" in warning.group(1)
-    # The job is created, and its page says the same.
-    response = client.post(_url("job_create", pk=project.pk), _form(version, gpu_local))
+    # The form lists the same sentence among the version's data checks, and starts the job
+    # once “Train anyway” is ticked (tests/training/test_data_checks.py: without it, refused).
+    form = _text(client.get(_url("job_create", pk=project.pk), {"version": version.pk}))
+    assert warning.group(1) in form and 'data-testid="train-anyway"' in form
+    data = _form(version, gpu_local, train_anyway="1")
+    response = client.post(_url("job_create", pk=project.pk), data)
     job = TrainingJob.objects.get()
     assert response.status_code == 302 and response.url == _url("job_detail", pk=job.pk)
     page = _text(client.get(response.url))

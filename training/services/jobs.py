@@ -3,7 +3,6 @@ every change of a job's state goes through."""
 
 import dataclasses
 import logging
-from collections import Counter
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -13,9 +12,10 @@ from django.utils import timezone
 
 from core.errors import ServiceError
 from core.tasks import task_send_on_commit
-from datasets.models import DatasetVersion, LabelKind, Task
+from datasets.models import DatasetVersion, Task
 from datasets.services.health import dataset_training_blocked_reason
-from datasets.services.versions import version_manifest_load
+from datasets.services.health_checks import Kind
+from datasets.services.version_checks import version_check, version_train_check
 from training.metering import (
     estimated_seconds,
     hold_for_start,
@@ -181,79 +181,21 @@ def job_locked(job_id: int) -> TrainingJob:
 # --- checks at submit ---------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class VersionFacts:
-    train_images: int
-    val_images: int
-    labels: int
-    classes: list[str]
-    # Trained on but absent from val: Ultralytics trains them, but no accuracy is measured.
-    unmeasured: list[str]
-
-
-def _version_count(version: DatasetVersion, task: str) -> VersionFacts:
-    manifest = version_manifest_load(version)
-    classes = manifest["classes"]
-    split_images: Counter = Counter()
-    split_classes: dict[str, Counter] = {"train": Counter(), "val": Counter()}
-    labels = 0
-    for image in manifest["images"]:
-        own = image["labels"]
-        if task == Task.CLASSIFY:
-            own = [lb for lb in own if lb["kind"] == LabelKind.TAG]
-            if not own:
-                continue  # an image without a class is not trained on
-        split_images[image["split"]] += 1
-        labels += len(own)
-        if image["split"] in split_classes:
-            split_classes[image["split"]].update(lb["class"] for lb in own)
-    trained = set(split_classes["train"])
-    return VersionFacts(
-        train_images=split_images["train"],
-        val_images=split_images["val"],
-        labels=labels,
-        classes=classes,
-        unmeasured=[classes[i] for i in sorted(trained - set(split_classes["val"]))],
-    )
-
-
-def version_facts(version: DatasetVersion, *, task: str) -> VersionFacts:
-    """What a job needs to know of a version, refusing one that cannot train `task`."""
+def version_task_check(version: DatasetVersion, *, task: str) -> None:
+    """Refuse a version of a dataset of another task."""
     dataset = version.dataset
     if dataset.task != task:
         raise ServiceError(
             f"“{dataset.name}” is a {dataset.get_task_display().lower()} dataset; it cannot "
             f"train a {Task(task).label.lower()} model."
         )
-    facts = _version_count(version, task)
-    name = f"{dataset.name} v{version.number}"
-    if facts.labels == 0:
-        raise ServiceError(f"{name} has no labels; label some images and save a new version.")
-    if not facts.train_images:
-        raise ServiceError(f"{name} has no training images; move some images to train.")
-    if not facts.val_images:
-        raise ServiceError(
-            f"{name} has no validation images, so its accuracy cannot be measured; "
-            "auto-split the dataset (e.g. 80/20) and save a new version."
-        )
-    return facts
 
 
 def version_unmeasured_warning(version: DatasetVersion) -> str:
-    """Which trained classes have no labels in val, and what to do about it; "" when none.
-    Not a refusal: Ultralytics trains them and measures mAP over the classes val has (coco8,
-    its own example, is like that), but a newcomer should know those figures are missing."""
-    missing = _version_count(version, version.dataset.task).unmeasured
-    if not missing:
-        return ""
-    shown = ", ".join(f"“{n}”" for n in missing[:5]) + (" …" if len(missing) > 5 else "")
-    one = len(missing) == 1
-    return (
-        f"{version.dataset.name} v{version.number}: {shown} {'has' if one else 'have'} no "
-        f"labels in val, so the model's accuracy on {'it' if one else 'them'} cannot be "
-        "measured (training still uses them). To measure it, move some of "
-        f"{'its' if one else 'their'} images to val and save a new version."
-    )
+    """The data check's sentence on trained classes with no labels in val; "" when none
+    (the same sentence the form's data checks and the health page show)."""
+    finding = version_check(version).finding(Kind.CLASS_NOT_IN_VAL)
+    return finding.sentence if finding else ""
 
 
 def _in_workspace(access: WorkspaceAccess, obj, what: str) -> None:
@@ -277,8 +219,11 @@ def job_submit(
     name: str = "",
     notify_email: bool = False,
     budget_cap: int | None = None,
+    train_anyway: bool = False,
 ) -> TrainingJob:
-    """Check everything that can be checked before paying for a machine, then queue the job."""
+    """Check everything that can be checked before paying for a machine, then queue the job.
+    The version's data checks (datasets.services.version_checks): an error refuses it, a
+    warning too unless `train_anyway`."""
     access.require(Perm.TRAIN)
     _in_workspace(access, project, "project")
     _in_workspace(access, version.dataset, "dataset")
@@ -287,7 +232,8 @@ def job_submit(
     blocked = dataset_training_blocked_reason(dataset=version.dataset)
     if blocked:
         raise ServiceError(blocked)
-    facts = version_facts(version, task=params.task)
+    version_task_check(version, task=params.task)
+    facts = version_train_check(version, task=params.task, train_anyway=train_anyway)
     train_images = facts.train_images
     if params.weights == WeightsSource.MODEL and base_model is not None:
         # A fine-tune is the base model's architecture, whatever the form's family and size

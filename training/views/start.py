@@ -10,6 +10,8 @@ from django.views.decorators.http import require_http_methods
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
 from core.money import to_micro
+from datasets.models import Task
+from datasets.services.version_checks import VersionCheck, version_check
 from training import selectors
 from training.forms import TrainForm
 from training.services.arguments import extra_args_parse
@@ -30,6 +32,17 @@ def _initial(versions, request) -> dict:
         versions.first()
     )
     return {"dataset_version": version}
+
+
+def form_version_check(form: TrainForm, versions) -> VersionCheck | None:
+    """The data checks of the version the form shows (as its task would train it)."""
+    value = form["dataset_version"].value()
+    pk = getattr(value, "pk", value)
+    version = versions.filter(pk=int(pk)).first() if str(pk or "").isdigit() else None
+    if version is None:
+        return None
+    task = form["task"].value()
+    return version_check(version, task=task if task in Task.values else None)
 
 
 @workspace_view(Perm.TRAIN)
@@ -62,6 +75,7 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                     notify_email=data["notify_email"],
                     budget_cap=(to_micro(data["budget_cap"]) if data["budget_cap"] else None),
                     name=data["name"],
+                    train_anyway=data["train_anyway"],
                 )
             except ServiceError as e:
                 form.add_error(None, str(e))
@@ -83,6 +97,7 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
             "machines": machines,
             "picked_gpu": picked,
             "has_versions": versions.exists(),
+            "data_check": form_version_check(form, versions),
             # Estimating every machine takes seconds: the panel loads after the page (htmx),
             # or from this link without JavaScript.
             "estimate_query": urlencode(
