@@ -36,6 +36,9 @@ class Plan(models.Model):
     max_model_upload_bytes = models.PositiveBigIntegerField(
         default=200 * 1000**2, help_text="Largest model weights file that may be uploaded."
     )
+    max_video_frames = models.PositiveIntegerField(
+        default=3000, help_text="Most frames an import takes from one video."
+    )
     is_default = models.BooleanField(
         default=False, help_text="Given to new workspaces. Exactly one plan is the default."
     )

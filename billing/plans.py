@@ -23,6 +23,7 @@ DEFAULT_PLANS = [
         "max_deployments": 1,
         "predict_requests_per_minute": 20,
         "max_model_upload_bytes": 200 * 1000**2,
+        "max_video_frames": 3_000,
         "is_default": True,
         "sort_order": 0,
     },
@@ -39,6 +40,7 @@ DEFAULT_PLANS = [
         "max_deployments": 5,
         "predict_requests_per_minute": 120,
         "max_model_upload_bytes": 2 * GB,
+        "max_video_frames": 20_000,
         "sort_order": 1,
     },
     {
@@ -54,6 +56,7 @@ DEFAULT_PLANS = [
         "max_deployments": 50,
         "predict_requests_per_minute": 600,
         "max_model_upload_bytes": 10 * GB,
+        "max_video_frames": 100_000,
         "sort_order": 2,
     },
 ]

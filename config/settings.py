@@ -298,6 +298,8 @@ LONG_JOB_MAX_ATTEMPTS = env.int("LONG_JOB_MAX_ATTEMPTS", default=3)
 
 INVITATION_MAX_AGE = timedelta(days=14)
 DATASET_MAX_IMAGE_PIXELS = env.int("DATASET_MAX_IMAGE_PIXELS", default=64_000_000)
+# Seconds of decoding one video may take in an import; its frames past that are left out.
+DATASET_VIDEO_MAX_SECONDS = env.int("DATASET_VIDEO_MAX_SECONDS", default=300)
 DATASET_UPLOAD_CHUNK_BYTES = 8 * 1024 * 1024
 DATASET_THUMBNAIL_PX = 256
 # Training: where runs, cached datasets and checkpoints live on a machine that trains; where

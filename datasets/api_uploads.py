@@ -7,7 +7,7 @@ API suits scripts: `curl -F file=@birds.zip -H "Authorization: Bearer ksk_â€¦" â
 from datetime import datetime
 
 from django.http import HttpRequest
-from ninja import File, Router, Schema, Status
+from ninja import File, Form, Router, Schema, Status
 from ninja.files import UploadedFile
 
 from core.errors import ServiceError
@@ -64,8 +64,11 @@ def upload_create(
     request: HttpRequest,
     dataset_id: int,
     file: UploadedFile | None = File(None),  # noqa: B008 - django-ninja's way to declare it
+    video_fps: str | None = Form(None),  # noqa: B008 - as File
 ):
-    """Upload one archive (zip, tar, tar.gz) or one image as the multipart field `file`.
+    """Upload one archive (zip, tar, tar.gz), one image or one video as the multipart field
+    `file`. `video_fps` (a form field, 0.1 to 30, default 1): the frames per second sampled from
+    each video.
 
     The import is queued at once; follow it with `GET /imports/{import_id}`.
     """
@@ -76,7 +79,12 @@ def upload_create(
     if file is None:
         raise ServiceError("Send one archive or image as the multipart form field `file`.")
     imp = services.upload_store_whole(
-        access=access, dataset=dataset, name=file.name or "upload", stream=file, size=file.size
+        access=access,
+        dataset=dataset,
+        name=file.name or "upload",
+        stream=file,
+        size=file.size,
+        video_fps=video_fps,
     )
     return Status(201, ImportCreated(import_id=imp.pk, status=imp.status))
 

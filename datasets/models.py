@@ -232,6 +232,9 @@ class Import(LongJobRow):
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     report = models.JSONField(default=dict, blank=True)
+    video_fps = models.FloatField(
+        default=1.0, help_text="Frames per second sampled from each video in the upload."
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )

@@ -77,6 +77,13 @@ class Source:
     def read(self, name: str) -> bytes:
         raise NotImplementedError
 
+    def copy_to(self, name: str, out: BinaryIO) -> int:
+        """Write the entry's bytes to `out` (a video, copied to a temp file to be decoded);
+        sources that can stream do so chunk by chunk. Returns the bytes written."""
+        data = self.read(name)
+        out.write(data)
+        return len(data)
+
     def iter_read(self, names: list[str]) -> Iterator[tuple[str, bytes | EntryError]]:
         """Read entries in the source's order (sequential for tar); errors are yielded."""
         order = {name: i for i, name in enumerate(self._entries)}
@@ -98,7 +105,17 @@ class _Counter:
         self.total = 0
 
     def read_all(self, stream: BinaryIO, name: str, compressed: int | None) -> bytes:
-        chunks, size = [], 0
+        return b"".join(self.chunks(stream, name, compressed))
+
+    def copy(self, stream: BinaryIO, out: BinaryIO, name: str, compressed: int | None) -> int:
+        size = 0
+        for chunk in self.chunks(stream, name, compressed):
+            out.write(chunk)
+            size += len(chunk)
+        return size
+
+    def chunks(self, stream: BinaryIO, name: str, compressed: int | None) -> Iterator[bytes]:
+        size = 0
         while True:
             chunk = stream.read(READ_CHUNK)
             if not chunk:
@@ -124,8 +141,7 @@ class _Counter:
                     f"{name!r} inflates more than {self.limits.max_ratio}× (a zip bomb?); "
                     "nothing was imported."
                 )
-            chunks.append(chunk)
-        return b"".join(chunks)
+            yield chunk
 
 
 class Archive(Source):
@@ -289,6 +305,26 @@ class Archive(Source):
         except (tarfile.TarError, OSError, EOFError) as e:
             raise EntryError(f"damaged in the archive ({e})") from None
 
+    def copy_to(self, name: str, out: BinaryIO) -> int:
+        """As `read`, a chunk at a time into `out`."""
+        if self.kind == "zip":
+            info = self._zip_infos[name]
+            try:
+                with self._zip.open(info) as stream:
+                    size = self._counter.copy(stream, out, name, info.compress_size)
+            except (zipfile.BadZipFile, OSError, EOFError) as e:
+                raise EntryError(f"damaged in the archive ({e})") from None
+            if size != info.file_size:
+                raise EntryError("its size differs from what the archive declares")
+            return size
+        stream = self._tar.extractfile(self._tar_members[name])
+        if stream is None:
+            raise EntryError("not a regular file")
+        try:
+            return self._counter.copy(stream, out, name, None)
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise EntryError(f"damaged in the archive ({e})") from None
+
     def close(self) -> None:
         if self.kind == "zip":
             self._zip.close()
@@ -329,5 +365,12 @@ class FolderSource(Source):
         try:
             with (self.root / name).open("rb") as stream:
                 return self._counter.read_all(stream, name, None)
+        except OSError as e:
+            raise EntryError(f"unreadable ({e.strerror})") from None
+
+    def copy_to(self, name: str, out: BinaryIO) -> int:
+        try:
+            with (self.root / name).open("rb") as stream:
+                return self._counter.copy(stream, out, name, None)
         except OSError as e:
             raise EntryError(f"unreadable ({e.strerror})") from None

@@ -62,6 +62,7 @@ from datasets.services.import_report import (
     not_imported,
     warning_for,
 )
+from datasets.services.video import VideoFrames, is_video, video_fps_check
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -146,13 +147,39 @@ class _UploadedFiles(Source):
             raise EntryError("its upload is incomplete")
         return data
 
+    def copy_to(self, name: str, out) -> int:
+        """A video, chunk by chunk (the upload's size is already within the plan's limit)."""
+        size = 0
+        for key in self._files[name]:
+            with default_storage.open(key) as part:
+                while block := part.read(1 << 20):
+                    out.write(block)
+                    size += len(block)
+        if size != self._entries[name].size:
+            raise EntryError("its upload is incomplete")
+        return size
+
+
+def _with_videos(source: Source, imp: Import) -> Source:
+    """`source`, with each video in it presented as the frames sampled from it."""
+    if not any(is_video(e.name) for e in source.entries):
+        return source
+    plan = imp.dataset.workspace.plan
+    return VideoFrames(
+        source,
+        fps=imp.video_fps,
+        max_frames=plan.max_video_frames,
+        progress=lambda done, total: _progress(imp.pk, "reading videos", done, total),
+    )
+
 
 def _open_upload(imp: Import, limits: Limits):
     chunks: dict[int, list[str]] = {}
     for chunk in UploadChunk.objects.filter(upload=imp).order_by("file_index", "chunk_index"):
         chunks.setdefault(chunk.file_index, []).append(chunk.storage_key)
     files = imp.files or [{"name": imp.filename, "size": imp.total_size}]
-    if len(files) == 1 and not looks_like_image(files[0]["name"]):
+    single = files[0]["name"] if len(files) == 1 else None
+    if single is not None and not looks_like_image(single) and not is_video(single):
         # One archive: assemble its chunks into a local temp file (zip needs to seek).
         tmp = tempfile.TemporaryFile()
         for key in chunks.get(0, []):
@@ -162,11 +189,11 @@ def _open_upload(imp: Import, limits: Limits):
         if tmp.tell() != files[0]["size"]:
             raise ArchiveError("The upload is incomplete; send the missing parts and try again.")
         try:
-            return Archive(tmp, limits)
+            return _with_videos(Archive(tmp, limits), imp)
         except ArchiveError:
             tmp.close()
             raise
-    return _UploadedFiles(imp, files, chunks)
+    return _with_videos(_UploadedFiles(imp, files, chunks), imp)
 
 
 # --- the import -------------------------------------------------------------------------------
@@ -211,6 +238,7 @@ class _Run:
             usable, self._read_small, task=self.dataset.task, classes=existing
         )
         self.skipped += parsed.skipped
+        self.skipped += getattr(self.source, "skipped", [])
         with transaction.atomic():
             report = self._write(parsed, existing)
             report["seconds"] = round(time.monotonic() - started, 2)
@@ -530,9 +558,13 @@ IMPORT_JOB = LongJob(
 )
 
 
-def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path) -> Import:
-    """Import an archive or folder from the server's disk, synchronously (CLI and tests)."""
+def dataset_import_path(
+    *, access: WorkspaceAccess, dataset: Dataset, path: Path, video_fps=None
+) -> Import:
+    """Import an archive or folder from the server's disk, synchronously (CLI and tests).
+    `video_fps`: frames per second sampled from videos (default 1)."""
     access.require(Perm.WRITE)
+    video_fps = video_fps_check(video_fps)
     path = Path(path)
     if not path.exists():
         raise ArchiveError(f"{path} does not exist.")
@@ -542,6 +574,7 @@ def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path
         filename=display_name(path.name),
         files=[{"name": path.name, "size": path.stat().st_size if path.is_file() else 0}],
         total_size=path.stat().st_size if path.is_file() else 0,
+        video_fps=video_fps,
         created_by=access.user,
     )
     lease = lease_take(IMPORT_JOB, imp.pk)  # this process runs it: if it dies, beat fails it
@@ -551,10 +584,11 @@ def dataset_import_path(*, access: WorkspaceAccess, dataset: Dataset, path: Path
     try:
         if path.is_dir():
             source = FolderSource(path, limits)
-        elif looks_like_image(path.name):
+        elif looks_like_image(path.name) or is_video(path.name):
             source = FolderSource(path.parent, limits, only=path.name)
         else:
             source = Archive(path.open("rb"), limits)
+        source = _with_videos(source, imp)
     except ArchiveError as e:
         lease.finish(ImportStatus.FAILED, error=str(e))
         imp.refresh_from_db()

@@ -28,6 +28,7 @@ from core.errors import ServiceError
 from core.storage import storage_delete, storage_local_path, storage_put
 from core.tasks import task_send_on_commit
 from datasets.models import Dataset, Import, ImportStatus, UploadChunk
+from datasets.services.video import video_fps_check
 from workspaces.models import User
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -116,7 +117,7 @@ def upload_files_parse(raw) -> list[dict]:
 
 @transaction.atomic
 def upload_create(
-    *, access: WorkspaceAccess, dataset: Dataset, files, resume: bool = True
+    *, access: WorkspaceAccess, dataset: Dataset, files, resume: bool = True, video_fps=None
 ) -> tuple[Import, bool]:
     """Declare an upload. Returns (import, resumed).
 
@@ -126,6 +127,7 @@ def upload_create(
     """
     access.require(Perm.WRITE)
     declared = upload_files_parse(files)
+    video_fps = video_fps_check(video_fps)
     total = sum(f["size"] for f in declared)
     if total == 0:
         raise ServiceError(
@@ -152,6 +154,9 @@ def upload_create(
             .first()
         )
         if existing is not None:
+            if existing.video_fps != video_fps:
+                existing.video_fps = video_fps
+                existing.save(update_fields=["video_fps"])
             return existing, True
     imp = Import.objects.create(
         dataset=dataset,
@@ -160,6 +165,7 @@ def upload_create(
         files=declared,
         total_size=total,
         chunk_count=sum(file_chunk_count(f["size"]) for f in declared),
+        video_fps=video_fps,
         created_by=access.user,
     )
     return imp, False
@@ -285,14 +291,24 @@ def upload_complete(*, access: WorkspaceAccess, imp: Import) -> Import:
 
 @transaction.atomic
 def upload_store_whole(
-    *, access: WorkspaceAccess, dataset: Dataset, name: str, stream: BinaryIO, size: int
+    *,
+    access: WorkspaceAccess,
+    dataset: Dataset,
+    name: str,
+    stream: BinaryIO,
+    size: int,
+    video_fps=None,
 ) -> Import:
     """A whole file in one request (the plain form, the API): stored as chunks, then queued.
 
     Any failure leaves neither rows nor bytes behind.
     """
     imp, _ = upload_create(
-        access=access, dataset=dataset, files=[{"name": name, "size": size}], resume=False
+        access=access,
+        dataset=dataset,
+        files=[{"name": name, "size": size}],
+        resume=False,
+        video_fps=video_fps,
     )
     prefix = imp.upload_prefix
     try:

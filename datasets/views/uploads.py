@@ -21,6 +21,7 @@ from datasets.models import Import, ImportStatus
 from datasets.services import uploads as services
 from datasets.services.import_report import full_report
 from datasets.services.ingest import import_progress
+from datasets.services.video import FPS_DEFAULT, FPS_MAX, FPS_MIN
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -29,18 +30,41 @@ from workspaces.selectors import WorkspaceAccess
 MAX_FILE_LIST_BYTES = 16 * 1024 * 1024
 ACCEPT = (
     "image/*,.jpg,.jpeg,.png,.webp,.bmp,.tif,.tiff,.mpo,.jfif,"
-    ".txt,.yaml,.yml,.json,.xml,.zip,.tar,.gz,.tgz"
+    ".txt,.yaml,.yml,.json,.xml,.zip,.tar,.gz,.tgz,"
+    "video/*,.mp4,.m4v,.mov,.mkv,.webm,.avi"
 )
 FILES_SHOWN = 100
 
 
+def _fps_field() -> forms.FloatField:
+    return forms.FloatField(
+        label="Frames per second from videos",
+        help_text=(
+            f"Each video (MP4, MOV, MKV, WebM, AVI) is imported as frames sampled at this rate, "
+            f"from {FPS_MIN:g} to {FPS_MAX:g} a second, up to your plan's limit per video."
+        ),
+        initial=FPS_DEFAULT,
+        required=False,
+        min_value=FPS_MIN,
+        max_value=FPS_MAX,
+        widget=forms.NumberInput(attrs={"step": "0.1"}),
+    )
+
+
 class UploadForm(forms.Form):
     file = forms.FileField(
-        label="Archive or image",
-        help_text="One .zip, .tar or .tar.gz archive, or one image.",
+        label="Archive, image or video",
+        help_text="One .zip, .tar or .tar.gz archive, one image, or one video.",
         allow_empty_file=True,  # the service says "the file is empty" in its own words
         widget=forms.FileInput(attrs={"accept": ACCEPT}),
     )
+    video_fps = _fps_field()
+
+
+class VideoFpsForm(forms.Form):
+    """The uploader's own field (static/js/upload.js sends its value with the file list)."""
+
+    video_fps = _fps_field()
 
 
 def _error(message: str, status: int = 400, **extra) -> JsonResponse:
@@ -71,8 +95,9 @@ def _upload_json(access: WorkspaceAccess, imp: Import, **extra) -> dict:
     }
 
 
-def _declared_files(request) -> list:
-    """The file list from a JSON body {"files": [{name, size}]}, or form fields name=…&size=…."""
+def _declared_files(request) -> tuple[list, object]:
+    """The file list and the frames per second from videos, from a JSON body
+    {"files": [{name, size}], "video_fps": 1}, or form fields name=…&size=…&video_fps=…."""
     if request.content_type == "application/json":
         body = request.read(MAX_FILE_LIST_BYTES + 1)
         if len(body) > MAX_FILE_LIST_BYTES:
@@ -83,12 +108,15 @@ def _declared_files(request) -> list:
             raise ServiceError(
                 'Send the file list as JSON: {"files": [{"name", "size"}]}.'
             ) from None
-        return payload.get("files") if isinstance(payload, dict) else None
+        if not isinstance(payload, dict):
+            return None, None
+        return payload.get("files"), payload.get("video_fps")
     names, sizes = request.POST.getlist("name"), request.POST.getlist("size")
     if len(names) != len(sizes):
         raise ServiceError("Give one size for every name.")
     try:
-        return [{"name": n, "size": int(s)} for n, s in zip(names, sizes, strict=True)]
+        files = [{"name": n, "size": int(s)} for n, s in zip(names, sizes, strict=True)]
+        return files, request.POST.get("video_fps")
     except ValueError:
         raise ServiceError("Sizes are whole numbers of bytes.") from None
 
@@ -108,6 +136,7 @@ def upload_page(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> H
                     name=upload.name,
                     stream=upload,
                     size=upload.size,
+                    video_fps=form.cleaned_data["video_fps"],
                 )
             except ServiceError as e:
                 form.add_error("file", str(e))
@@ -123,6 +152,7 @@ def upload_page(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> H
             "access": access,
             "dataset": dataset,
             "form": form,
+            "fps_form": VideoFpsForm(auto_id="uploader_%s"),
             "accept": ACCEPT,
             "chunk_size": services.chunk_bytes(),
             "max_upload": access.workspace.plan.max_upload_bytes,
@@ -137,8 +167,9 @@ def upload_page(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> H
 def upload_create(request, access: WorkspaceAccess, pk: int) -> JsonResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
     try:
+        files, video_fps = _declared_files(request)
         imp, resumed = services.upload_create(
-            access=access, dataset=dataset, files=_declared_files(request)
+            access=access, dataset=dataset, files=files, video_fps=video_fps
         )
     except ServiceError as e:
         return _error(str(e))

@@ -357,7 +357,10 @@
     let upload = null;
     try {
       const declared = chosen.map((c) => ({ name: c.name, size: c.file.size }));
-      upload = (await requestJson("POST", createUrl, { files: declared })).body;
+      const fps = document.getElementById("uploader_video_fps");
+      const payload = { files: declared };
+      if (fps && fps.value !== "") payload.video_fps = Number(fps.value);
+      upload = (await requestJson("POST", createUrl, payload)).body;
       const same = upload.files.length === declared.length && upload.files.every((f, i) => f.name === declared[i].name && f.size === declared[i].size);
       if (!same) throw new UploadError("The server holds a different file list for this upload; start again.");
       const state = { total: upload.total_size, base: upload.received_size, done: 0, inflight: new Map(), note: "", failed: null };
