@@ -117,8 +117,8 @@ class VideoFrames(Source):
         taken = {e.name for e in inner if not is_video(e.name)}
         entries: dict[str, Entry] = {}
         for entry in inner:
-            if not is_video(entry.name):
-                entries[entry.name] = entry
+            if not is_video(entry.name) or _hidden(entry.name):
+                entries[entry.name] = entry  # the import ignores hidden files: left to it
                 continue
             video = self._open(entry)
             if video is None:
@@ -370,6 +370,12 @@ def _jpeg(frame) -> bytes:
     image.save(out, "JPEG", quality=JPEG_QUALITY)
     image.close()
     return out.getvalue()
+
+
+def _hidden(name: str) -> bool:
+    """macOS's resource forks (__MACOSX/, ._clip.mp4) and other dot files: not videos."""
+    low = name.lower()
+    return low.startswith("__macosx/") or "/__macosx/" in low or low.rsplit("/", 1)[-1][:1] == "."
 
 
 def _remove(path: str) -> None:

@@ -91,6 +91,7 @@ def test_videos_in_a_zip_become_a_frame_a_second_named_by_their_time(team, tmp_p
             "images/train/street.mp4": mp4,
             "images/val/park.webm": webm,
             "images/train/photo.jpg": jpeg_bytes(color=(1, 2, 3)),
+            "__MACOSX/images/train/._street.mp4": b"\x00\x05\x16\x07 resource fork",
         },
     )
     dataset, imp = _import(team, archive)
