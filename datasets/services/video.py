@@ -232,8 +232,9 @@ class VideoFrames(Source):
     def _decode(
         self, video: _Video, frames: list[tuple[str, int]], *, remove: bool = True
     ) -> Iterator[tuple[str, bytes | EntryError]]:
-        """Each wanted frame as JPEG bytes: the first decoded frame at or after its time."""
-        started = time.monotonic()
+        """Each wanted frame as JPEG bytes: the first decoded frame at or after its time. The
+        time limit counts time spent here, not while the import handles a yielded frame."""
+        spent, resumed = 0.0, time.monotonic()
         pending = sorted(frames, key=lambda f: f[1])
         i = 0
         try:
@@ -262,13 +263,15 @@ class VideoFrames(Source):
                     at_ms = float((frame.pts - start) * base) * 1000
                     while i < len(pending) and at_ms >= pending[i][1] - 0.5:
                         data = _jpeg(frame)
+                        spent += time.monotonic() - resumed
                         yield pending[i][0], data
+                        resumed = time.monotonic()
                         i += 1
                         self._count()
                     del frame
                     if i >= len(pending):
                         break
-                    if time.monotonic() - started > self.max_seconds:
+                    if spent + time.monotonic() - resumed > self.max_seconds:
                         raise _OutOfTime
                     if pending[i][1] - at_ms > SEEK_GAP_SECONDS * 1000 and sought != i:
                         seek_to, sought = pending[i][1], i
@@ -291,7 +294,7 @@ class VideoFrames(Source):
                 yield name, EntryError(f"the video could not be decoded here ({_reason(e)})")
         finally:
             container.close()
-            self.decode_seconds += time.monotonic() - started
+            self.decode_seconds += spent + time.monotonic() - resumed
             if remove:
                 _remove(video.path)
 
