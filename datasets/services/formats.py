@@ -25,9 +25,13 @@ SPLIT_NAMES = {
     "val": Split.VAL.value,
     "valid": Split.VAL.value,
     "validation": Split.VAL.value,
+    "validate": Split.VAL.value,
     "test": Split.TEST.value,
     "testing": Split.TEST.value,
 }
+# Every suffix a parser here reads. The import hands parsers only images and files with these
+# suffixes (CVAT's obj.names and obj.data, the Ultralytics NDJSON dataset included).
+LABEL_SUFFIXES = (".txt", ".yaml", ".yml", ".json", ".xml", ".ndjson", ".names", ".data")
 EPS = 1e-6
 # Rotated boxes at an image edge may put a corner slightly outside it (DOTA does): allowed.
 OBB_TOLERANCE = 0.1
@@ -175,16 +179,33 @@ def detect_and_parse(names: list[str], read: Reader, *, task: str, classes: list
     xmls = [n for n in names if lower[n].endswith(".xml")]
     images = [n for n in names if looks_like_image(n)]
 
+    from datasets.services import formats_layouts as layouts
+
     data_yaml = _find_data_yaml(yamls, read)
-    if task == Task.CLASSIFY and not data_yaml and not jsons and not xmls:
-        return parse_classification_folders(images, classes)
-    if data_yaml is not None or any("/labels/" in f"/{lower[t]}" for t in txts):
-        return parse_yolo(images, txts, data_yaml, read, task=task, classes=classes)
+    yolo_labels = any("/labels/" in f"/{lower[t]}" for t in txts)
+    ndjson = [n for n in names if lower[n].endswith(".ndjson")]
+    if ndjson:
+        return layouts.parse_ndjson(images, ndjson, names, read, task=task, classes=classes)
+    cvat = layouts.cvat_root(names, read)
+    if cvat is not None:
+        return layouts.parse_cvat(images, txts, cvat, read, task=task, classes=classes)
+    if task == Task.CLASSIFY and not yolo_labels and not jsons and not xmls:
+        return parse_classification_folders(
+            images, classes, txts=txts, data_yaml=data_yaml, read=read
+        )
+    if data_yaml is not None or yolo_labels:
+        return parse_yolo(images, txts, data_yaml, read, task=task, classes=classes, jsons=jsons)
+    labelme = [n for n in jsons if layouts.is_labelme(n, read)]
+    if labelme:
+        unread = [n for n in txts + jsons + xmls if n not in labelme]
+        return layouts.parse_labelme(
+            images, labelme, read, task=task, classes=classes, unread=unread
+        )
     coco = [n for n in jsons if _is_coco(n, read)]
     if coco:
         return parse_coco(images, coco, read, task=task, classes=classes)
     if xmls:
-        return parse_voc(images, xmls, read, classes=classes)
+        return parse_voc(images, xmls, read, classes=classes, txts=txts)
     # Label files in a layout Kestrel does not know: listed, never dropped in silence.
     unread = [n for n in txts + jsons + xmls if n not in yamls]
     return Parsed(
@@ -222,21 +243,45 @@ def _names_from_yaml(doc: dict) -> list[str]:
     raise LabelFileError("`names` must be a list or a mapping")
 
 
-def _yaml_split_dirs(yaml_name: str, doc: dict) -> dict[str, str]:
-    """Folder prefixes per split, resolved like Ultralytics (relative `../` paths included)."""
+def _yaml_split_dirs(
+    yaml_name: str, doc: dict, images: list[str], notes: list[str]
+) -> dict[str, str]:
+    """Folder prefixes per split, resolved like Ultralytics (relative `../` paths included).
+
+    Exports (Roboflow's) write paths such as `../train/images` that point outside the archive:
+    where the literal folder holds no image, the path is read from the archive's root (the
+    folder of data.yaml, then the top of the archive), and a note says so."""
     base = posixpath.dirname(yaml_name)
     root = doc.get("path")
     if isinstance(root, str) and root and not root.startswith("/") and ":" not in root:
         base = posixpath.normpath(posixpath.join(base, root))
+    dirs = {posixpath.dirname(i) + "/" for i in images}
+
+    def holds_images(folder: str) -> bool:
+        return any(d.startswith(folder) for d in dirs)
+
     out = {}
     for key in ("train", "val", "test"):
-        split = key
         values = doc.get(key)
         for value in values if isinstance(values, list) else [values]:
             if not isinstance(value, str) or not value or value.startswith("/"):
                 continue
-            folder = posixpath.normpath(posixpath.join(base, value)).lstrip("./")
-            out[folder.rstrip("/") + "/"] = split
+            literal = posixpath.normpath(posixpath.join(base, value))
+            inside = value
+            while inside.startswith(("../", "./")):
+                inside = inside.split("/", 1)[1]
+            tries = [literal, posixpath.join(posixpath.dirname(yaml_name), inside), inside]
+            tries = [posixpath.normpath(t).rstrip("/") + "/" for t in tries]
+            tries = [t for t in tries if not t.startswith("../") and t != "./"]
+            folder = next((t for t in tries if holds_images(t)), None)
+            if folder is None:
+                continue
+            if folder != tries[0] or literal.startswith(".."):
+                notes.append(
+                    f"{yaml_name}'s {key} path {value} read as {folder.rstrip('/')} "
+                    "inside the archive"
+                )
+            out[folder] = key
     return out
 
 
@@ -249,8 +294,96 @@ def _label_path(image: str) -> str:
     return p[1:].rsplit(".", 1)[0] + ".txt"
 
 
-def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: list[str]) -> Parsed:
+def _stem(name: str) -> str:
+    return posixpath.splitext(posixpath.basename(name))[0].lower()
+
+
+class _LabelTrees:
+    """Label files by stem inside each `labels` folder, for pairing images whose label
+    folders do not mirror the image folders (data/labels/train-labels/x.txt)."""
+
+    def __init__(self, txts):
+        self.trees: dict[str, dict[str, list[str]]] = {}
+        for txt in txts:
+            parts = txt.split("/")
+            for i, part in enumerate(parts[:-1]):
+                if part.lower() == "labels":
+                    tree = "/".join(parts[: i + 1]) + "/"
+                    self.trees.setdefault(tree, {}).setdefault(_stem(txt), []).append(txt)
+
+    def candidates(self, image: str) -> tuple[str, list[str]] | None:
+        """The nearest labels tree above the image and the label files in it named like it."""
+        parts = image.split("/")[:-1]
+        for depth in range(len(parts), -1, -1):
+            tree = "/".join([*parts[:depth], "labels"]) + "/"
+            if tree in self.trees:
+                return tree, self.trees[tree].get(_stem(image), [])
+        return None
+
+
+def _yolo_labels(
+    read: Reader,
+    label_name: str,
+    *,
+    task: str,
+    names: list[str],
+    kpt_shape: list[int] | None,
+    skipped: list,
+) -> list[ParsedLabel]:
+    """The labels of one Ultralytics label file; refused lines go to `skipped`."""
+    try:
+        text = _text(read, label_name, MAX_LABEL_FILE_BYTES)
+    except LabelFileError as e:
+        skipped.append((label_name, f"label file {e}", SKIP_LABEL_FILE))
+        return []
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(
+                yolo_line(
+                    line, task=task, n_classes=len(names) if names else 10**6, kpt_shape=kpt_shape
+                )
+            )
+        except ValueError as e:
+            skipped.append((f"{label_name}:{lineno}", f"label {e}", SKIP_LABEL))
+    return out
+
+
+def class_list_file(txts, read: Reader, *, near: str = "") -> tuple[str, list[str]] | None:
+    """A `classes.txt` (Label Studio, CVAT's obj.names): one class name a line, in id order.
+    The shallowest one wins, preferring one inside `near`."""
+    found = [t for t in txts if posixpath.basename(t).lower() in ("classes.txt", "obj.names")]
+    found.sort(key=lambda t: (not t.startswith(near), t.count("/"), t))
+    for name in found:
+        try:
+            text = _text(read, name, MAX_LABEL_FILE_BYTES)
+        except LabelFileError:
+            continue
+        names = [line.strip() for line in text.splitlines() if line.strip()]
+        if names:
+            return name, names
+    return None
+
+
+def _label_studio_names(jsons, read: Reader) -> tuple[str, list[str]] | None:
+    """Label Studio's YOLO export writes notes.json with its categories (id, name)."""
+    for name in sorted(j for j in jsons if posixpath.basename(j).lower() == "notes.json"):
+        try:
+            doc = json.loads(_text(read, name, MAX_LABEL_FILE_BYTES))
+            cats = sorted(doc["categories"], key=lambda c: int(c["id"]))
+            return name, [str(c["name"]) for c in cats]
+        except (LabelFileError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def parse_yolo(
+    images, txts, data_yaml, read: Reader, *, task: str, classes: list[str], jsons=()
+) -> Parsed:
     skipped: list[tuple[str, str, str]] = []
+    notes: list[str] = []
     yaml_task, kpt_shape, names, split_dirs = None, None, list(classes), {}
     if data_yaml is not None:
         yaml_name, doc = data_yaml
@@ -258,17 +391,26 @@ def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: lis
             names = _names_from_yaml(doc)
         except LabelFileError as e:
             skipped.append((yaml_name, str(e), SKIP_LABEL_FILE))
-        split_dirs = _yaml_split_dirs(yaml_name, doc)
+        split_dirs = _yaml_split_dirs(yaml_name, doc, images, notes)
         shape = doc.get("kpt_shape")
         if isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape):
             kpt_shape, yaml_task = shape, Task.POSE
+    else:
+        listed = class_list_file(txts, read) or _label_studio_names(jsons, read)
+        if listed is not None:
+            names = listed[1]
+            notes.append(f"class names read from {listed[0]} ({len(names)} classes)")
     effective_task = task or yaml_task or Task.DETECT
     if not names:
         # No data.yaml: class ids must fit the dataset's classes (or become class0..N).
         names = list(classes)
     label_files = set(txts)
+    trees = _LabelTrees(txts)
+    mirrored = {_label_path(i) for i in images} & label_files
     parsed_images: dict[str, ParsedImage] = {}
     used_labels: set[str] = set()
+    by_stem: dict[str, int] = {}
+    ambiguous: dict[str, str] = {}
     max_cls_seen = -1
     for image in images:
         split = next(
@@ -276,34 +418,58 @@ def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: lis
         ) or split_from_path(image)
         entry = ParsedImage(image, split)
         label_name = _label_path(image)
-        if label_name in label_files:
-            used_labels.add(label_name)
-            try:
-                text = _text(read, label_name, MAX_LABEL_FILE_BYTES)
-            except LabelFileError as e:
-                skipped.append((label_name, f"label file {e}", SKIP_LABEL_FILE))
-                text = ""
-            for lineno, line in enumerate(text.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    label = yolo_line(
-                        line,
-                        task=effective_task,
-                        n_classes=len(names) if names else 10**6,
-                        kpt_shape=kpt_shape,
+        if label_name not in label_files:
+            label_name = None
+            found = trees.candidates(image)
+            if found is not None:
+                tree, candidates = found
+                # Not another image's mirrored label, nor one in a folder naming another split.
+                candidates = [
+                    c
+                    for c in candidates
+                    if c not in mirrored and split_from_path_or_name(c) in (None, split)
+                ]
+                if len(candidates) > 1:
+                    # Several label files share the stem: one in the image's split folder wins.
+                    same = [c for c in candidates if split_from_path_or_name(c) == split]
+                    candidates = same if len(same) == 1 else candidates
+                if len(candidates) == 1:
+                    label_name = candidates[0]
+                    by_stem[posixpath.dirname(label_name)] = (
+                        by_stem.get(posixpath.dirname(label_name), 0) + 1
                     )
-                except ValueError as e:
-                    skipped.append((f"{label_name}:{lineno}", f"label {e}", SKIP_LABEL))
-                    continue
+                elif candidates:
+                    for c in candidates:
+                        ambiguous[c] = (
+                            f"{len(candidates)} label files in {tree} are named like {image}"
+                        )
+        if label_name is not None:
+            used_labels.add(label_name)
+            entry.labels = _yolo_labels(
+                read,
+                label_name,
+                task=effective_task,
+                names=names,
+                kpt_shape=kpt_shape,
+                skipped=skipped,
+            )
+            for label in entry.labels:
                 max_cls_seen = max(max_cls_seen, label.cls)
-                entry.labels.append(label)
         parsed_images[image] = entry
+    for folder, n in sorted(by_stem.items()):
+        notes.append(
+            f"{n} label file{'s' if n != 1 else ''} paired by image name in {folder}/ "
+            "(their folders do not mirror the image folders)"
+        )
     if not names and max_cls_seen >= 0:
         names = [f"class{i}" for i in range(max_cls_seen + 1)]
     for orphan in sorted(label_files - used_labels):
         if "/labels/" in "/" + orphan and not orphan.lower().endswith("classes.txt"):
-            skipped.append((orphan, "label file without a matching image", SKIP_NO_IMAGE))
+            if orphan in ambiguous:
+                reason = f"not paired: {ambiguous[orphan]} (none was guessed)"
+                skipped.append((orphan, reason, SKIP_LABEL_FILE))
+            else:
+                skipped.append((orphan, "label file without a matching image", SKIP_NO_IMAGE))
     return Parsed(
         format="yolo",
         class_names=names,
@@ -311,7 +477,19 @@ def parse_yolo(images, txts, data_yaml, read: Reader, *, task: str, classes: lis
         skipped=skipped,
         task=yaml_task,
         keypoint_shape=kpt_shape,
+        notes=notes,
     )
+
+
+def split_from_path_or_name(name: str) -> str | None:
+    """The split a path's folders name, also inside a folder name (`train-labels`), or None."""
+    for part in reversed(name.lower().split("/")[:-1]):
+        if part in SPLIT_NAMES:
+            return SPLIT_NAMES[part]
+        for word in part.replace("_", "-").split("-"):
+            if word in SPLIT_NAMES:
+                return SPLIT_NAMES[word]
+    return None
 
 
 def _is_coco(name: str, read: Reader) -> bool:
@@ -334,6 +512,7 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
     by_base = _match_by_name(images)
     parsed_images: dict[str, ParsedImage] = {}
     names: list[str] = list(classes)
+    notes: list[str] = []
     kpt_shape = None
     for coco_name in sorted(coco_files):
         try:
@@ -348,6 +527,24 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
             (c for c in doc.get("categories", []) if isinstance(c, dict) and "id" in c),
             key=lambda c: c["id"],
         )
+        used_ids = {a.get("category_id") for a in doc.get("annotations", []) if isinstance(a, dict)}
+        supers = {str(c.get("supercategory")) for c in cats if c.get("supercategory")}
+        only_super = [
+            c
+            for c in cats
+            if c["id"] not in used_ids
+            and str(c.get("name")) in supers
+            and any(str(o.get("supercategory")) == str(c.get("name")) and o is not c for o in cats)
+            and str(c.get("name")) not in names
+        ]
+        if only_super:
+            shown = ", ".join(str(c["name"]) for c in only_super[:5])
+            notes.append(
+                f"{coco_name}: {len(only_super)} categor{'ies' if len(only_super) != 1 else 'y'} "
+                f"only naming a supercategory ({shown}) not made into classes: "
+                "no annotation uses them"
+            )
+            cats = [c for c in cats if c not in only_super]
         cat_index: dict[int, int] = {}
         for cat in cats:
             name = str(cat.get("name", f"class{cat['id']}"))
@@ -408,6 +605,7 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
         class_names=names,
         images=parsed_images,
         skipped=skipped,
+        notes=notes,
         task=Task.POSE if kpt_shape else None,
         keypoint_shape=kpt_shape,
     )
@@ -457,14 +655,62 @@ def _coco_labels(ann: dict, cls: int, entry: ParsedImage, task: str) -> list[Par
     return [ParsedLabel(cls, LabelKind.BOX, box)]
 
 
-def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
+VOC_SET_SPLITS = {  # ImageSets/Main lists, the later one winning for an image in two
+    "trainval.txt": Split.TRAIN.value,
+    "train.txt": Split.TRAIN.value,
+    "val.txt": Split.VAL.value,
+    "test.txt": Split.TEST.value,
+}
+
+
+def _voc_image_sets(txts, read: Reader, skipped: list, notes: list) -> dict[str, str]:
+    """Image id (file stem) → split from Pascal VOC's ImageSets/Main/{train,val,trainval,test}.txt.
+    Per-class lists (cat_train.txt) and other ImageSets are listed as not read."""
+    sets = [t for t in txts if "imagesets/" in f"/{t.lower()}"]
+    out: dict[str, str] = {}
+    for list_name in sorted(VOC_SET_SPLITS):
+        for name in (t for t in sets if t.lower().endswith(f"imagesets/main/{list_name}")):
+            try:
+                text = _text(read, name, MAX_META_FILE_BYTES)
+            except LabelFileError as e:
+                skipped.append((name, f"image set list {e}", SKIP_FILE))
+                continue
+            ids = [line.split()[0] for line in text.splitlines() if line.strip()]
+            for image_id in ids:
+                out[posixpath.basename(image_id).lower()] = VOC_SET_SPLITS[list_name]
+            notes.append(f"{len(ids)} images put in {VOC_SET_SPLITS[list_name]} by {name}")
+    for name in sets:
+        low = name.lower()
+        if not any(low.endswith(f"imagesets/main/{n}") for n in VOC_SET_SPLITS):
+            skipped.append(
+                (
+                    name,
+                    "not read: only ImageSets/Main/{train,val,trainval,test}.txt decide splits",
+                    SKIP_FILE,
+                )
+            )
+    return out
+
+
+def parse_voc(images, xmls, read: Reader, *, classes: list[str], txts=()) -> Parsed:
     skipped: list[tuple[str, str, str]] = []
+    notes: list[str] = []
+    # train.txt before val.txt: an image in trainval and val goes to val.
+    set_split = _voc_image_sets(txts, read, skipped, notes)
     by_base = _match_by_name(images)
     by_stem: dict[str, list[str]] = {}
     for image in images:
         by_stem.setdefault(posixpath.splitext(image)[0].lower(), []).append(image)
     names: list[str] = list(classes)
-    parsed_images = {p: ParsedImage(p, split_from_path(p)) for p in images}
+    parsed_images = {
+        p: ParsedImage(p, set_split.get(_stem(p)) or split_from_path(p)) for p in images
+    }
+    if set_split:
+        unlisted = [p for p in images if _stem(p) not in set_split]
+        if unlisted:
+            notes.append(
+                f"{len(unlisted)} images in no ImageSets list keep the split of their folder"
+            )
     raw: list[tuple[str, str, list[float], tuple[int, int]]] = []
     for xml_name in sorted(xmls):
         try:
@@ -507,6 +753,14 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
             names.append(name)
     for image, name, (x1, y1, x2, y2), (w, h) in raw:
         # VOC boxes are 1-based pixel corners (as Ultralytics' VOC converter reads them).
+        if x2 == x1 or y2 == y1:
+            skipped.append((image, f"box of {name[:40]!r}: zero-area box", SKIP_LABEL))
+            continue
+        if x2 < x1 or y2 < y1:
+            skipped.append(
+                (image, f"box of {name[:40]!r}: xmax before xmin or ymax before ymin", SKIP_LABEL)
+            )
+            continue
         box = [((x1 + x2) / 2 - 1) / w, ((y1 + y2) / 2 - 1) / h, (x2 - x1) / w, (y2 - y1) / h]
         if not _in_unit(box) or box[2] <= 0 or box[3] <= 0:
             skipped.append((image, f"box of {name[:40]!r} outside the image", SKIP_LABEL))
@@ -514,14 +768,32 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str]) -> Parsed:
         parsed_images[image].labels.append(
             ParsedLabel(names.index(name), LabelKind.BOX, _clip(box))
         )
-    return Parsed(format="voc", class_names=names, images=parsed_images, skipped=skipped)
+    return Parsed(
+        format="voc", class_names=names, images=parsed_images, skipped=skipped, notes=notes
+    )
 
 
-def parse_classification_folders(images: list[str], classes: list[str]) -> Parsed:
-    """`split/class/image` or `class/image`: the folder names the class."""
+def parse_classification_folders(
+    images: list[str], classes: list[str], *, txts=(), data_yaml=None, read: Reader | None = None
+) -> Parsed:
+    """`split/class/image` or `class/image`: the folder names the class. A classes.txt, or a
+    data.yaml `names` list, gives the classes and their order; folders it does not name come
+    after its classes, said in a note."""
     names = list(classes)
+    notes: list[str] = []
     parsed_images: dict[str, ParsedImage] = {}
     skipped: list[tuple[str, str, str]] = []
+    listed = None
+    if data_yaml is not None:
+        try:
+            listed = (data_yaml[0], _names_from_yaml(data_yaml[1]))
+        except LabelFileError as e:
+            skipped.append((data_yaml[0], str(e), SKIP_LABEL_FILE))
+    if listed is None and read is not None:
+        listed = class_list_file(txts, read)
+    if listed is not None:
+        names = list(listed[1])
+        notes.append(f"class order read from {listed[0]} ({len(names)} classes)")
     found: dict[str, str] = {}
     for image in images:
         parts = image.split("/")
@@ -532,9 +804,13 @@ def parse_classification_folders(images: list[str], classes: list[str]) -> Parse
             )
             continue
         found[image] = dirs[-1]
-    for cls_name in sorted(set(found.values())):
-        if cls_name not in names:
-            names.append(cls_name)
+    extra = sorted(set(found.values()) - set(names))
+    if listed is not None and extra:
+        notes.append(
+            f"{len(extra)} class folders not in {listed[0]} added after its classes: "
+            + ", ".join(extra[:10])
+        )
+    names += extra
     for image, cls_name in found.items():
         parsed_images[image] = ParsedImage(
             image, split_from_path(image), [ParsedLabel(names.index(cls_name), LabelKind.TAG, [])]
@@ -545,4 +821,5 @@ def parse_classification_folders(images: list[str], classes: list[str]) -> Parse
         images=parsed_images,
         skipped=skipped,
         task=Task.CLASSIFY,
+        notes=notes,
     )
