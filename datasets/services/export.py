@@ -1,8 +1,10 @@
-"""Export a dataset, or exactly one version of it, as a YOLO or COCO zip built in a temp file.
+"""Export a dataset, or exactly one version of it, as a YOLO, COCO or Ultralytics NDJSON zip
+built in a temp file.
 
 Both formats read a manifest (the live one for a dataset, the frozen one for a version), so a
 version's export never changes when the dataset does. Image files inside the archive are named
-from their sha256 and their stored content type, never from the uploaded name.
+from their sha256 and their stored content type, never from the uploaded name (copies of the
+same bytes get "-2", "-3").
 """
 
 import json
@@ -20,7 +22,7 @@ from core.errors import ServiceError
 from datasets.models import Blob, Dataset, DatasetVersion, LabelKind, Split, Task
 from datasets.services.versions import manifest_build, version_manifest_load
 
-FORMATS = ("yolo", "coco")
+FORMATS = ("yolo", "coco", "ndjson")
 EXTENSIONS = {
     "image/jpeg": ".jpg",
     "image/png": ".png",
@@ -56,17 +58,20 @@ def _content_types(shas: list[str]) -> dict[str, str]:
     return types
 
 
-def _image_names(images: list[dict]) -> dict[str, str]:
-    """sha256 → archive file name: a sha256 prefix (longer if two prefixes meet) + extension."""
-    types = _content_types([img["sha256"] for img in images])
-    names, stems = {}, set()
+def _image_names(images: list[dict]) -> list[str]:
+    """Each image's archive file name, in the manifest's order: a sha256 prefix (longer if two
+    prefixes meet) + extension; a second copy of the same bytes gets "-2", a third "-3"."""
+    types = _content_types(list({img["sha256"] for img in images}))
+    names, stems, taken, copies = [], {}, set(), {}
     for img in images:
         sha = img["sha256"]
-        stem = sha[:_STEM_LENGTH]
-        if stem in stems:
-            stem = sha
-        stems.add(stem)
-        names[sha] = stem + EXTENSIONS.get(types.get(sha, ""), ".jpg")
+        if sha not in stems:
+            stem = sha[:_STEM_LENGTH]
+            stems[sha] = sha if stem in taken else stem
+            taken.add(stems[sha])
+        copies[sha] = copies.get(sha, 0) + 1
+        suffix = f"-{copies[sha]}" if copies[sha] > 1 else ""
+        names.append(stems[sha] + suffix + EXTENSIONS.get(types.get(sha, ""), ".jpg"))
     return names
 
 
@@ -187,16 +192,15 @@ def yolo_layout_write(sink, manifest: dict) -> None:
         # under images/) and numbers the classes by sorted folder name; no data.yaml.
         used: set[str] = set()
         folders = [_safe_folder(name, used) for name in manifest["classes"]]
-        for img in images:
+        for img, name in zip(images, names, strict=True):
             tags = sorted(lb["class"] for lb in img["labels"] if lb["kind"] == LabelKind.TAG)
             if not tags:
                 continue  # an image without a class has no folder to go in
-            arc = f"images/{img['split']}/{folders[tags[0]]}/{names[img['sha256']]}"
+            arc = f"images/{img['split']}/{folders[tags[0]]}/{name}"
             sink.blob(arc, img["sha256"])
         return
     sink.text("data.yaml", _data_yaml(manifest, splits))
-    for img in images:
-        name = names[img["sha256"]]
+    for img, name in zip(images, names, strict=True):
         stem = name.rsplit(".", 1)[0]
         sink.blob(f"images/{img['split']}/{name}", img["sha256"])
         lines = []
@@ -248,7 +252,7 @@ def _coco_annotation(lb: dict, width: int, height: int, dims: int) -> dict | Non
     return None
 
 
-def _coco_documents(manifest: dict, names: dict[str, str]) -> Iterator[tuple[str, dict]]:
+def _coco_documents(manifest: dict, names: list[str]) -> Iterator[tuple[str, dict]]:
     task = manifest["task"]
     shape = manifest.get("keypoint_shape") or [0, 3]
     points, dims = int(shape[0]), int(shape[1])
@@ -267,14 +271,14 @@ def _coco_documents(manifest: dict, names: dict[str, str]) -> Iterator[tuple[str
             "annotations": [],
             "categories": categories,
         }
-        for img in manifest["images"]:
+        for img, name in zip(manifest["images"], names, strict=True):
             if img["split"] != split:
                 continue
             image_id += 1
             doc["images"].append(
                 {
                     "id": image_id,
-                    "file_name": names[img["sha256"]],
+                    "file_name": name,
                     "width": img["width"],
                     "height": img["height"],
                 }
@@ -297,8 +301,67 @@ def _coco_write(zf: zipfile.ZipFile, manifest: dict) -> None:
     names = _image_names(manifest["images"])
     for split, doc in _coco_documents(manifest, names):
         _write_text(zf, f"annotations/instances_{split}.json", json.dumps(doc))
-    for img in manifest["images"]:
-        _write_blob(zf, f"images/{img['split']}/{names[img['sha256']]}", img["sha256"])
+    for img, name in zip(manifest["images"], names, strict=True):
+        _write_blob(zf, f"images/{img['split']}/{name}", img["sha256"])
+
+
+# --- Ultralytics NDJSON ---------------------------------------------------------------------------
+
+NDJSON_NAME = "dataset.ndjson"
+_NDJSON_KEYS = {
+    Task.DETECT: "boxes",
+    Task.SEGMENT: "segments",
+    Task.POSE: "pose",
+    Task.OBB: "obb",
+}
+
+
+def _ndjson_lines(manifest: dict, names: list[str]) -> Iterator[str]:
+    """The Ultralytics Platform's dataset format, as ultralytics/data/converter.py reads it:
+    the dataset line, then one line per image. `path: .` makes Ultralytics look for each image
+    at images/<split>/<file> next to the NDJSON file, which is where this zip puts it."""
+    task = manifest["task"]
+    head: dict = {
+        "type": "dataset",
+        "task": task,
+        "name": manifest["dataset"],
+        "class_names": {str(i): n for i, n in enumerate(manifest["classes"])},
+    }
+    if task != Task.CLASSIFY:
+        head["path"] = "."
+    if task == Task.POSE and manifest.get("keypoint_shape"):
+        head["kpt_shape"] = list(manifest["keypoint_shape"])
+    yield json.dumps(head)
+    for img, name in zip(manifest["images"], names, strict=True):
+        annotations: dict = {}
+        if task == Task.CLASSIFY:
+            tags = sorted(lb["class"] for lb in img["labels"] if lb["kind"] == LabelKind.TAG)
+            if tags:
+                annotations["classification"] = tags[:1]
+        else:
+            rows = []
+            for lb in img["labels"]:
+                values = _yolo_values(task, lb["kind"], lb["data"])
+                if values is not None:
+                    rows.append([lb["class"], *(round(float(v), 10) for v in values)])
+            if rows:
+                annotations[_NDJSON_KEYS[task]] = rows
+        record = {
+            "type": "image",
+            "file": name,
+            "split": img["split"],
+            "width": img["width"],
+            "height": img["height"],
+            "annotations": annotations,
+        }
+        yield json.dumps(record)
+
+
+def _ndjson_write(zf: zipfile.ZipFile, manifest: dict) -> None:
+    names = _image_names(manifest["images"])
+    _write_text(zf, NDJSON_NAME, "".join(f"{line}\n" for line in _ndjson_lines(manifest, names)))
+    for img, name in zip(manifest["images"], names, strict=True):
+        _write_blob(zf, f"images/{img['split']}/{name}", img["sha256"])
 
 
 # --- entry points -------------------------------------------------------------------------------
@@ -331,6 +394,13 @@ def export_coco(
     return _export(_coco_write, dataset, version)
 
 
+def export_ndjson(
+    *, dataset: Dataset | None = None, version: DatasetVersion | None = None
+) -> IO[bytes]:
+    """An Ultralytics NDJSON zip (dataset.ndjson + images/<split>/), open at offset 0."""
+    return _export(_ndjson_write, dataset, version)
+
+
 def export_run(
     *, fmt: str, dataset: Dataset | None = None, version: DatasetVersion | None = None
 ) -> IO[bytes]:
@@ -338,4 +408,8 @@ def export_run(
         return export_yolo(dataset=dataset, version=version)
     if fmt == "coco":
         return export_coco(dataset=dataset, version=version)
-    raise ServiceError(f"Export formats are {' and '.join(FORMATS)}, not “{fmt[:20]}”.")
+    if fmt == "ndjson":
+        return export_ndjson(dataset=dataset, version=version)
+    raise ServiceError(
+        f"Export formats are {', '.join(FORMATS[:-1])} and {FORMATS[-1]}, not “{fmt[:20]}”."
+    )

@@ -365,7 +365,7 @@ def _contents(archive) -> dict[str, bytes]:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("fmt", ["yolo", "coco"])
+@pytest.mark.parametrize("fmt", ["yolo", "coco", "ndjson"])
 def test_a_version_exports_as_saved_after_the_dataset_changed(team, fmt):
     source = sample_dataset(team, Task.DETECT)
     version = version_create(access=team.access("editor"), dataset=source, note="v1")
