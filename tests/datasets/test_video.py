@@ -30,14 +30,15 @@ LEVELS = (0, 50, 100, 150, 200, 250)
 COLOURS = [(r, g, b) for b in LEVELS for g in LEVELS for r in LEVELS]  # 216
 
 
-def make_video(path: Path, codec="mpeg4", *, fps=10, seconds=3.0, size=(64, 48)) -> Path:
+def make_video(path: Path, codec="mpeg4", *, fps=10, seconds=3.0, size=(64, 48), first=0) -> Path:
+    """Frame i shows COLOURS[first + i] (mod 216)."""
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
         for i in range(round(fps * seconds)):
             pixels = np.empty((size[1], size[0], 3), np.uint8)
-            pixels[...] = COLOURS[i % len(COLOURS)]
+            pixels[...] = COLOURS[(first + i) % len(COLOURS)]
             for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
@@ -84,7 +85,7 @@ def _zip(path: Path, files: dict[str, Path | bytes]) -> Path:
 @pytest.mark.django_db
 def test_videos_in_a_zip_become_a_frame_a_second_named_by_their_time(team, tmp_path):
     mp4 = make_video(tmp_path / "a.mp4", "mpeg4")
-    webm = make_video(tmp_path / "b.webm", "libvpx")
+    webm = make_video(tmp_path / "b.webm", "libvpx", first=100)  # no frame the same as a.mp4's
     archive = _zip(
         tmp_path / "clips.zip",
         {
@@ -104,9 +105,9 @@ def test_videos_in_a_zip_become_a_frame_a_second_named_by_their_time(team, tmp_p
         "street_0.jpg": ("train", 0),
         "street_1000.jpg": ("train", 10),
         "street_2000.jpg": ("train", 20),
-        "park_0.jpg": ("val", 0),
-        "park_1000.jpg": ("val", 10),
-        "park_2000.jpg": ("val", 20),
+        "park_0.jpg": ("val", 100),
+        "park_1000.jpg": ("val", 110),
+        "park_2000.jpg": ("val", 120),
     }
     assert imp.report["images_imported"] == 7
     assert imp.report["skipped"] == []
