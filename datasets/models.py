@@ -149,7 +149,6 @@ class Image(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint(fields=["dataset", "blob"], name="image_once_per_dataset"),
             models.CheckConstraint(
                 condition=models.Q(status__in=LabelStatus.values), name="image_status_valid"
             ),

@@ -107,16 +107,18 @@ def _copy_rows(*, source: Dataset, target: Dataset) -> None:
         f"INSERT INTO {image} ({cols}) SELECT {vals} FROM {image} oi "  # noqa: S608
         "WHERE oi.dataset_id = %(source)s ORDER BY oi.id"
     )
-    # An image is unique by (dataset, blob) and a class by (dataset, index): those pair each
-    # source row with its copy.
+    # Images were copied in id order, so the n-th image of the source (by id) is the n-th of
+    # the copy: that pairs each source row with its copy (two rows may share a blob). A class
+    # is unique by (dataset, index).
     cols, vals = _insert_select(Label, "ol", {"image_id": "ni.id", "dataset_class_id": "nc.id"})
+    numbered = f"SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n FROM {image} WHERE dataset_id = "  # noqa: S608
     statements.append(
         f"INSERT INTO {label} ({cols}) SELECT {vals} FROM {label} ol "  # noqa: S608
-        f"JOIN {image} oi ON oi.id = ol.image_id "
-        f"JOIN {image} ni ON ni.dataset_id = %(target)s AND ni.blob_id = oi.blob_id "
+        f"JOIN ({numbered}%(source)s) oi ON oi.id = ol.image_id "
+        f"JOIN ({numbered}%(target)s) ni ON ni.n = oi.n "
         f"JOIN {klass} oc ON oc.id = ol.dataset_class_id "
         f"JOIN {klass} nc ON nc.dataset_id = %(target)s AND nc.{index} = oc.{index} "
-        "WHERE oi.dataset_id = %(source)s ORDER BY ol.id"
+        "ORDER BY ol.id"
     )
     with connection.cursor() as cursor:
         for sql in statements:

@@ -35,6 +35,7 @@ from datasets.services.health_checks import (
     pixel_findings,
     plural,
 )
+from datasets.services.health_duplicates import duplicate_findings
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -112,6 +113,7 @@ def _health_check(dataset: Dataset) -> list[dict]:
         return []
     findings: list[dict] = []
     findings += pixel_findings(images, _blobs_decode(images))
+    findings += duplicate_findings(images)  # byte-identical copies (health_duplicates)
     labels = (
         Label.objects.filter(image__dataset=dataset)
         .values_list("image_id", "dataset_class_id", "kind", "data")

@@ -1,7 +1,8 @@
 """Import an upload (or a folder or archive on the server's disk) into a dataset.
 
 All rows of one import are written in one transaction: a fatal problem leaves the dataset as it
-was. Image bytes are stored once per SHA-256; bytes stored by a failed import are removed again.
+was. Image bytes are stored once per SHA-256 (byte-identical images are rows of their own sharing
+one blob); bytes stored by a failed import are removed again.
 """
 
 import dataclasses
@@ -281,7 +282,10 @@ class _Run:
         )
         self.dataset = dataset
         classes = self._class_map(parsed, existing)
-        seen = dict(Image.objects.filter(dataset=dataset).values_list("blob__sha256", "filename"))
+        # Copies of one file within an import are images of their own (each with its labels
+        # and split, the bytes stored once); an image already in the dataset under the same
+        # name and bytes is not imported again, so importing an archive twice does not double it.
+        already = set(Image.objects.filter(dataset=dataset).values_list("filename", "blob__sha256"))
         order = [name for name in (e.name for e in self.source.entries) if name in parsed.images]
         total = len(order)
         counts = Counter()
@@ -293,11 +297,10 @@ class _Run:
         for i, (name, checked) in enumerate(images, 1):
             if isinstance(checked, str):
                 self.skipped.append((name, checked, SKIP_IMAGE))
-            elif checked.sha256 in seen:
+            elif (display_name(name), checked.sha256) in already:
                 duplicates += 1
-                self.skipped.append((name, f"duplicate of {seen[checked.sha256]}", SKIP_IMAGE))
+                self.skipped.append((name, "already in this dataset", SKIP_IMAGE))
             else:
-                seen[checked.sha256] = display_name(name)
                 pending.append((parsed.images[name], checked))
                 if len(pending) >= BATCH:
                     self._flush(pending, classes, counts, per_class, splits)

@@ -1,8 +1,8 @@
 """Dataset versions: immutable manifests frozen in storage, numbered per dataset.
 
 A manifest is canonical JSON (sorted keys, no spaces) of the dataset's name, task, class names,
-keypoint shape and every image (by sha256, sorted) with its labels. Its sha256 is the version's
-content hash and its storage key, so identical content is stored once.
+keypoint shape and every image (sorted by sha256, then row id) with its labels. Its sha256 is the
+version's content hash and its storage key, so identical content is stored once.
 """
 
 import gzip
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models import Q
 
 from core.errors import ServiceError
 from core.storage import storage_put
@@ -84,16 +85,19 @@ def manifest_head(*, dataset: Dataset) -> tuple[ManifestHead, dict[int, int]]:
 
 
 def manifest_images(*, dataset: Dataset, class_index: dict[int, int]) -> Iterator[dict]:
-    """Every image of the dataset with its labels, sorted by sha256, read in batches.
+    """Every image of the dataset with its labels, sorted by sha256 (then row id: copies of
+    one file are images of their own, each with its labels and split), read in batches.
 
-    Two queries per batch of images (keyset on sha256, then their labels), so memory and the
-    number of queries stay small however large the dataset is: 10,000 images take 5 queries.
+    Two queries per batch of images (keyset on (sha256, id), then their labels), so memory and
+    the number of queries stay small however large the dataset is: 10,000 images take 5 queries.
     """
-    after = ""
+    after: tuple[str, int] = ("", 0)
     while True:
+        sha, last_id = after
         batch = list(
-            Image.objects.filter(dataset=dataset, blob__sha256__gt=after)
-            .order_by("blob__sha256")
+            Image.objects.filter(dataset=dataset)
+            .filter(Q(blob__sha256__gt=sha) | Q(blob__sha256=sha, id__gt=last_id))
+            .order_by("blob__sha256", "id")
             .values_list("id", "blob__sha256", "filename", "split", "blob__width", "blob__height")[
                 :MANIFEST_BATCH
             ]
@@ -101,11 +105,8 @@ def manifest_images(*, dataset: Dataset, class_index: dict[int, int]) -> Iterato
         if not batch:
             return
         labels: dict[int, list[dict]] = {}
-        in_batch = Image.objects.filter(
-            dataset=dataset, blob__sha256__gt=after, blob__sha256__lte=batch[-1][1]
-        ).values("id")
         rows = (
-            Label.objects.filter(image_id__in=in_batch)
+            Label.objects.filter(image_id__in=[row[0] for row in batch])
             .order_by("id")
             .values_list("image_id", "dataset_class_id", "kind", "data")
         )
@@ -128,7 +129,7 @@ def manifest_images(*, dataset: Dataset, class_index: dict[int, int]) -> Iterato
             }
         if len(batch) < MANIFEST_BATCH:
             return
-        after = batch[-1][1]
+        after = (batch[-1][1], batch[-1][0])
 
 
 def manifest_build(*, dataset: Dataset) -> dict:
@@ -272,33 +273,43 @@ def _label_keys(image: dict, classes: list[str]) -> Counter:
     )
 
 
+def _by_identity(images: list[dict]) -> dict[tuple[str, int], dict]:
+    """Images keyed by what identifies one across versions: its bytes, and which copy it is
+    (in the manifest's order) when the same file is in the dataset more than once."""
+    seen: Counter = Counter()
+    out = {}
+    for img in images:
+        out[(img["sha256"], seen[img["sha256"]])] = img
+        seen[img["sha256"]] += 1
+    return out
+
+
+def _brief(img: dict) -> dict:
+    return {"sha256": img["sha256"], "filename": img["filename"], "split": img["split"]}
+
+
 def manifest_diff(*, before: dict | None, after: dict) -> ManifestDiff:
     """What changed from `before` to `after`; classes are compared by name."""
     before = before or {"classes": [], "images": []}
-    old = {img["sha256"]: img for img in before["images"]}
-    new = {img["sha256"]: img for img in after["images"]}
-    brief = lambda img: {  # noqa: E731
-        "sha256": img["sha256"],
-        "filename": img["filename"],
-        "split": img["split"],
-    }
-    added = [brief(new[s]) for s in sorted(new.keys() - old.keys())]
-    removed = [brief(old[s]) for s in sorted(old.keys() - new.keys())]
+    old = _by_identity(before["images"])
+    new = _by_identity(after["images"])
+    added = [_brief(new[k]) for k in sorted(new.keys() - old.keys())]
+    removed = [_brief(old[k]) for k in sorted(old.keys() - new.keys())]
     split_changed = [
         {
-            "sha256": s,
-            "filename": new[s]["filename"],
-            "before": old[s]["split"],
-            "after": new[s]["split"],
+            "sha256": k[0],
+            "filename": new[k]["filename"],
+            "before": old[k]["split"],
+            "after": new[k]["split"],
         }
-        for s in sorted(new.keys() & old.keys())
-        if old[s]["split"] != new[s]["split"]
+        for k in sorted(new.keys() & old.keys())
+        if old[k]["split"] != new[k]["split"]
     ]
     plus: Counter = Counter()
     minus: Counter = Counter()
-    for sha in old.keys() | new.keys():
-        a = _label_keys(old[sha], before["classes"]) if sha in old else Counter()
-        b = _label_keys(new[sha], after["classes"]) if sha in new else Counter()
+    for key in old.keys() | new.keys():
+        a = _label_keys(old[key], before["classes"]) if key in old else Counter()
+        b = _label_keys(new[key], after["classes"]) if key in new else Counter()
         for (name, _, _), n in (b - a).items():
             plus[name] += n
         for (name, _, _), n in (a - b).items():
