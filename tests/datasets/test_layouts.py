@@ -353,3 +353,17 @@ def test_cvat_obj_names_is_read_not_listed_as_unsupported(team, tmp_path):
     dataset, imp = _import(team, zip_of(files, tmp_path / "cvat.zip"))
     assert imp.report["labels_imported"] == 1
     assert imp.report["skipped"] == []
+
+
+@pytest.mark.django_db
+def test_a_label_of_another_split_is_not_paired_by_stem(team, tmp_path):
+    files = {
+        "images/train/a.jpg": _jpeg(),
+        "labels/train/a.txt": b"0 0.5 0.5 0.2 0.2\n",
+        "images/val/x.jpg": _jpeg(),  # no label of its own
+        "labels/train/x.txt": b"0 0.5 0.5 0.2 0.2\n",  # train's, though no train image is x
+    }
+    dataset, imp = _import(team, zip_of(files, tmp_path / "s.zip"))
+    assert _rows(dataset) == {"a.jpg": ("train", 1), "x.jpg": ("val", 0)}
+    assert _skipped(imp) == {"labels/train/x.txt": "no_image"}
+    assert imp.report["notes"] == []
