@@ -314,8 +314,9 @@ TRAINING_MAX_ATTEMPTS = 3
 # Providers this server may use: "local" (this machine) always; cloud ones when configured.
 TRAINING_PROVIDERS = env.list("TRAINING_PROVIDERS", default=["local"])
 # SkyPilot (pip install -e '.[cloud]'; TRAINING_PROVIDERS=local,skypilot): what each GPU type
-# rents, JSON {"h100": {"accelerators": "H100", "use_spot": true, ...}} (the options:
-# training.providers.skypilot.OPTION_KEYS). Cloud credentials stay where SkyPilot reads them.
+# rents, for types whose options are not set in the admin: JSON {"h100": {"accelerators": "H100",
+# "use_spot": true, ...}} (the options: training.providers.skypilot_options.OPTION_KEYS).
+# Cloud credentials stay where SkyPilot reads them.
 TRAINING_SKYPILOT_TYPES = env.json("TRAINING_SKYPILOT_TYPES", default={})
 # Set: trainers send their events over HTTP to this Kestrel (what a cloud machine that cannot
 # reach Redis does), e.g. https://kestrel.example.com. Empty: straight to Redis.

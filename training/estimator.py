@@ -34,6 +34,7 @@ from datasets.models import DatasetVersion, Task
 from training.models import GpuType, JobState, ModelFamily, ModelSize, TrainingJob
 from training.services.arguments import model_yaml_name
 from training.services.catalog import LOCAL_SLUG, gpu_choices, local_device
+from training.services.version_cache import version_cache_get, version_cache_set
 
 REFERENCE_IMGSZ = 640
 TRAIN_TO_FORWARD = 3  # forward + backward ≈ 3 forward passes
@@ -111,13 +112,17 @@ def model_cost(family: str, size: str, task: str, *, measure: bool = True) -> Mo
     if key in _flops_memory:
         return _flops_memory[key]
     cached = cache.get(key)
+    if cached is None and (cached := version_cache_get(key)) is not None:
+        cache.set(key, cached, timeout=None)  # measured on this machine before
     if cached is not None:
         cost = ModelCost(**cached)
     elif not measure:
         raise FlopsNotMeasured(yaml_name)
     else:
         cost = flops_measure(yaml_name, REFERENCE_IMGSZ)
-        cache.set(key, {"gflops": cost.gflops, "params": cost.params}, timeout=None)
+        figures = {"gflops": cost.gflops, "params": cost.params}
+        cache.set(key, figures, timeout=None)
+        version_cache_set(key, figures)
     _flops_memory[key] = cost
     return cost
 

@@ -67,7 +67,7 @@ class GpuType(models.Model):
         if self.provider_options is None:  # an emptied box
             self.provider_options = {}
         if self.provider == "skypilot":
-            from training.providers.skypilot import options_problems
+            from training.providers.skypilot_options import options_problems
 
             # Empty: not configured yet (the training form says so and offers it to no one).
             problems = options_problems(self.provider_options) if self.provider_options else []

@@ -24,6 +24,7 @@ from training.estimator import (
 )
 from training.models import GpuType, JobState
 from training.services.catalog import gpu_catalog_seed
+from training.services.version_cache import version_cache_forget
 from workspaces.services.keys import api_key_create
 
 pytestmark = pytest.mark.django_db
@@ -68,6 +69,7 @@ def test_flops_scale_with_the_square_of_the_image_size():
 def test_a_cached_model_cost_runs_no_subprocess():
     key = estimator._flops_key("yolo11n-pose.yaml", 640)
     cache.delete(key)
+    version_cache_forget(key)
     estimator._flops_memory.pop(key, None)
     before = estimator.flops_measurements
     first = model_cost("yolo11", "n", "pose")
@@ -75,7 +77,28 @@ def test_a_cached_model_cost_runs_no_subprocess():
     estimator._flops_memory.clear()  # another process: only the shared cache has it
     assert model_cost("yolo11", "n", "pose") == first
     assert model_cost("yolo11", "n", "pose") == first
+    # Redis emptied (restarted, flushed): this machine's disk still has the figure.
+    cache.delete(key)
+    estimator._flops_memory.clear()
+    assert model_cost("yolo11", "n", "pose") == first
+    assert cache.get(key) is not None  # and the shared cache has it again
     assert estimator.flops_measurements == before + 1
+
+
+def test_ultralytics_configuration_outlives_an_emptied_cache(monkeypatch):
+    """The probe (a subprocess of seconds) runs once per Ultralytics on a machine: after the
+    shared cache is emptied, its answer comes from this machine's disk."""
+    from training.services import arguments
+
+    arguments.ultralytics_config.cache_clear()
+    cache.clear()
+    arguments.ultralytics_config()  # the probe, or the disk's copy of an earlier one
+    arguments.ultralytics_config.cache_clear()
+    cache.clear()
+    runs = []
+    monkeypatch.setattr(arguments, "ultralytics_probe_run", lambda: runs.append(1) or {})
+    assert arguments.ultralytics_config().version  # read from the disk
+    assert runs == []
 
 
 # --- one machine -------------------------------------------------------------------------------
@@ -432,6 +455,7 @@ def test_submitting_a_job_keeps_its_estimate(catalog, team, project):
     )
     cache.clear()
     estimator._flops_memory.clear()
+    version_cache_forget(estimator._flops_key("yolo11n.yaml", 640))  # never measured here
     # A free machine's job is not kept waiting for a FLOPs measurement...
     job = job_submit(
         access=team.access("editor"),

@@ -17,7 +17,8 @@ import training.providers.sky_sdk as sky_sdk
 from tests.workspaces.factories import UserFactory
 from training.models import GpuType
 from training.providers.base import ProviderError
-from training.providers.skypilot import options_problems, type_options
+from training.providers.skypilot import type_options
+from training.providers.skypilot_options import options_problems
 from training.services import cloud_prices
 from training.services.catalog import gpu_catalog_seed, provider_unready
 

@@ -21,24 +21,13 @@ from django.db import models
 import training.providers.sky_sdk as sky_sdk
 from training.models import GpuType
 from training.providers.base import Machine, Provider, ProviderError, TrainerHandle
+from training.providers.skypilot_options import options_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_NAME_PREFIX = "kestrel-job-"  # every managed job Kestrel launches; reconciliation's scope
 REMOTE_DIR = "~/kestrel"  # the trainer's code and its folder on the rented machine
 # What the remote trainer imports, installed there at this server's versions.
 TRAINER_DISTRIBUTIONS = ("ultralytics", "torch", "torchvision", "pydantic", "psutil")
-OPTION_KEYS = {
-    "accelerators": "SkyPilot's accelerator name, e.g. H100, A100-80GB, L4 (required)",
-    "count": "GPUs per machine (default 1)",
-    "infra": "one or more of cloud[/region[/zone]], e.g. aws/us-east-1, k8s/ctx (any of them)",
-    "clouds": "clouds to choose from, e.g. [aws, gcp] (with regions: each cloud/region)",
-    "regions": "regions to choose from",
-    "use_spot": "rent spot machines, recovered when preempted (default false)",
-    "disk_size": "disk in GB (default SkyPilot's)",
-    "max_restarts_on_errors": "restarts of a trainer that failed on its own (default 1)",
-    # The supervisor cancels a run still queued or provisioning past it (training.supervisor).
-    "provision_timeout_seconds": "how long the job may wait for a machine (default 1800)",
-}
 STATUS_CACHE_SECONDS = 10.0  # the supervisor asks every second; SkyPilot is asked this often
 
 
@@ -94,47 +83,6 @@ def phase_for(status: str, failure_reason: str = "", *, trainer_reported: bool) 
     if phase == ProviderPhase.RUNNING and not trainer_reported:
         phase = ProviderPhase.SETTING_UP
     return PhaseReport(phase, status)
-
-
-def _strings(value) -> bool:
-    items = value if isinstance(value, list | tuple) else [value]
-    return all(isinstance(v, str) and v.strip() for v in items) and bool(items)
-
-
-def _whole(value, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-_CHECKS = {
-    "accelerators": (lambda v: isinstance(v, str) and bool(v.strip()), "a name such as H100"),
-    "count": (lambda v: _whole(v, 1), "a whole number of at least 1"),
-    "infra": (_strings, "a cloud[/region[/zone]] or a list of them"),
-    "clouds": (_strings, "a cloud or a list of clouds"),
-    "regions": (_strings, "a region or a list of regions"),
-    "use_spot": (lambda v: isinstance(v, bool), "true or false"),
-    "disk_size": (lambda v: _whole(v, 1), "a whole number of GB"),
-    "max_restarts_on_errors": (lambda v: _whole(v, 0), "a whole number, 0 or more"),
-    "provision_timeout_seconds": (lambda v: _whole(v, 60), "a whole number of at least 60"),
-}
-
-
-def options_problems(options) -> list[str]:
-    """What is wrong with a GPU type's SkyPilot options, in words for the admin ([]: none)."""
-    if not isinstance(options, dict):
-        return ['The options are a JSON object, e.g. {"accelerators": "H100"}.']
-    problems = []
-    unknown = sorted(set(options) - set(OPTION_KEYS))
-    if unknown:
-        problems.append(
-            f"Options SkyPilot's provider does not know: {', '.join(unknown)} "
-            f"(known: {', '.join(OPTION_KEYS)})."
-        )
-    if not options.get("accelerators"):
-        problems.append("accelerators is required: SkyPilot's name for the GPU, e.g. H100.")
-    for key, (ok, wanted) in _CHECKS.items():
-        if key in options and options[key] is not None and not ok(options[key]):
-            problems.append(f"{key} must be {wanted}, not {json.dumps(options[key])}.")
-    return problems
 
 
 def type_options(gpu_slug: str) -> dict:

@@ -25,6 +25,7 @@ from django.core.cache import cache
 from core.errors import ServiceError
 from datasets.models import Task
 from training.models import ModelFamily, ModelSize, WeightsSource
+from training.services.version_cache import version_cache_get, version_cache_set
 
 EXTRA_ARGS_MAX_BYTES = 10 * 1024
 
@@ -145,7 +146,10 @@ def _probe() -> dict:
     key = f"ultralytics-config:1:{importlib.metadata.version('ultralytics')}:{ultralytics_root()}"
     found = cache.get(key)
     if found is None:
-        found = ultralytics_probe_run()
+        found = version_cache_get(key)
+        if found is None:
+            found = ultralytics_probe_run()
+            version_cache_set(key, found)
         cache.set(key, found, timeout=None)
     return found
 

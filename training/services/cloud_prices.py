@@ -18,7 +18,8 @@ from django.core.cache import cache
 import training.providers.sky_sdk as sky_sdk
 from training.models import GpuType
 from training.providers.base import ProviderError
-from training.providers.skypilot import infras_of, options_problems
+from training.providers.skypilot import infras_of
+from training.providers.skypilot_options import options_problems
 
 CACHE_SECONDS = 3600  # catalogs change about daily
 FAILED_SECONDS = 300  # an unreachable catalog is asked again after this
