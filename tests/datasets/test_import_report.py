@@ -117,7 +117,7 @@ def test_labels_found_but_none_imported_is_a_warning_on_the_page(team, tmp_path,
         "photos/a.jpg": jpeg_bytes(color=(10, 10, 10)),
         "photos/a.txt": b"0 0.5 0.5 0.2 0.2\n",  # beside the image, in no layout Kestrel knows
         "photos/b.jpg": jpeg_bytes(color=(90, 10, 10)),
-        "photos/b.json": b'{"shapes": []}',
+        "photos/b.json": b'{"made_by": "a tool Kestrel does not know"}',
     }
     imp = _import(team, files, tmp_path)
     report = imp.report

@@ -140,6 +140,12 @@ def _gif() -> bytes:
     return out.getvalue()
 
 
+def _ico() -> bytes:
+    out = io.BytesIO()
+    PILImage.new("RGB", (16, 16)).save(out, format="ICO")
+    return out.getvalue()
+
+
 @pytest.mark.django_db
 def test_bad_images_are_skipped_with_reasons(team, tmp_path, settings):
     settings.DATASET_MAX_IMAGE_PIXELS = 1_000_000
@@ -149,7 +155,8 @@ def test_bad_images_are_skipped_with_reasons(team, tmp_path, settings):
         "png-named.jpg": _png(10, 10),
         "page.jpg": b"<!doctype html><html><script>alert(1)</script></html>",
         "vector.png": b'<svg xmlns="http://www.w3.org/2000/svg"><script>x</script></svg>',
-        "anim.jpg": _gif(),
+        "anim.jpg": _gif(),  # a GIF whatever its name: its first frame, stored as PNG
+        "icon.png": _ico(),
         "cut.jpg": jpeg_bytes(color=(200, 0, 0))[:300],
         "huge.png": _png(2000, 1000, mode="1"),
         "notes.docx": b"PK whatever",
@@ -158,14 +165,17 @@ def test_bad_images_are_skipped_with_reasons(team, tmp_path, settings):
     dataset, imp = _import(team, zip_of(files, tmp_path / "mixed.zip"))
     assert imp.status == ImportStatus.SUCCEEDED
     reasons = {s["file"]: s["reason"] for s in imp.report["skipped"]}
-    assert imp.report["images_imported"] == 2  # good.jpg and the PNG named .jpg
+    assert imp.report["images_imported"] == 3  # good.jpg, the PNG and the GIF named .jpg
     assert (
         Image.objects.get(dataset=dataset, filename="png-named.jpg").blob.content_type
         == "image/png"
     )
     assert "not an image" in reasons["page.jpg"]
     assert "not an image" in reasons["vector.png"]
-    assert "unsupported image format GIF" in reasons["anim.jpg"]
+    assert (
+        Image.objects.get(dataset=dataset, filename="anim.jpg").blob.content_type == "image/png"
+    )
+    assert "unsupported image format ICO" in reasons["icon.png"]
     assert "truncated" in reasons["cut.jpg"]
     assert "megapixels" in reasons["huge.png"]
     assert reasons["notes.docx"] == "unsupported file"
