@@ -70,6 +70,8 @@ def bare_loop(path: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--images", type=int, default=10_000)
+    parser.add_argument("--profile", help="write a cProfile of the import's main thread here")
+    parser.add_argument("--no-thumbnails", action="store_true", help="measure the import only")
     args = parser.parse_args()
 
     cache = ROOT / "var" / "bench"
@@ -111,7 +113,14 @@ def main() -> None:
     bare = bare_loop(archive)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    imp = dataset_import_path(access=access, dataset=dataset, path=archive)
+    if args.profile:
+        import cProfile
+
+        with cProfile.Profile() as profile:
+            imp = dataset_import_path(access=access, dataset=dataset, path=archive)
+        profile.dump_stats(args.profile)
+    else:
+        imp = dataset_import_path(access=access, dataset=dataset, path=archive)
     ingest = time.perf_counter() - start
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert imp.status == "succeeded", imp.error
@@ -119,7 +128,7 @@ def main() -> None:
 
     blob_ids = list(Blob.objects.filter(images__dataset=dataset).values_list("id", flat=True))
     start = time.perf_counter()
-    for i in range(0, len(blob_ids), 500):
+    for i in range(0, 0 if args.no_thumbnails else len(blob_ids), 500):
         thumbnails_make(blob_ids=blob_ids[i : i + 500])
     thumbs = time.perf_counter() - start
 

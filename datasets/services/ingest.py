@@ -6,6 +6,7 @@ one blob); bytes stored by a failed import are removed again.
 """
 
 import dataclasses
+import json
 import logging
 import os
 import tempfile
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from django.core.cache import cache
 from django.core.files.storage import default_storage
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from core.leases import Lease, LeaseLost, LongJob, lease_take
 from core.storage import storage_put
@@ -72,6 +74,7 @@ logger = logging.getLogger(__name__)
 BATCH = 500
 # Checking decodes (CPU, GIL released) and storing writes (I/O): twice the cores keeps both busy.
 CHECK_THREADS = max(4, min(16, 2 * (os.cpu_count() or 2)))
+PROGRESS_SECONDS = 0.5  # how often a running import says how far it is (one Redis write)
 MAX_REPORT_LINES = 1000
 MAX_NOTES = 50
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
@@ -206,6 +209,7 @@ class _Run:
         self.skipped: list[tuple[str, str, str]] = []  # file, reason, SKIP_* kind
         self.writer = _BlobWriter()  # stores bytes; its list is removed again on failure
         self.new_blob_ids: list[int] = []
+        self.rows = _RowWriter(dataset)
 
     def _read_small(self, name: str, limit: int) -> bytes:
         size = self._sizes[name]
@@ -280,7 +284,7 @@ class _Run:
             .select_related("workspace__plan")
             .get(pk=self.dataset.pk)
         )
-        self.dataset = dataset
+        self.dataset = self.rows.dataset = dataset
         classes = self._class_map(parsed, existing)
         # Copies of one file within an import are images of their own (each with its labels
         # and split, the bytes stored once); an image already in the dataset under the same
@@ -293,6 +297,7 @@ class _Run:
         splits = Counter()
         pending: list[tuple[ParsedImage, object]] = []
         duplicates = 0
+        said = time.monotonic()
         images = _checked_images(self.source.iter_read(order), self.writer)
         for i, (name, checked) in enumerate(images, 1):
             if isinstance(checked, str):
@@ -305,8 +310,9 @@ class _Run:
                 if len(pending) >= BATCH:
                     self._flush(pending, classes, counts, per_class, splits)
                     pending = []
-            if i % 50 == 0 or i == total:
+            if i == total or time.monotonic() - said >= PROGRESS_SECONDS:
                 _progress(self.imp.pk, "importing images", i, total)
+                said = time.monotonic()
         self._flush(pending, classes, counts, per_class, splits)
         _progress(self.imp.pk, "saving", total, total)
         created = [] if existing else [c.name for c in classes if c is not None]
@@ -334,44 +340,28 @@ class _Run:
         if not pending:
             return
         shas = [checked.sha256 for _, checked in pending]
-        known = dict(Blob.objects.filter(sha256__in=shas).values_list("sha256", "id"))
-        new_blobs = []
-        for _, checked in pending:
-            if checked.sha256 in known:
-                continue
-            new_blobs.append(
-                Blob(
-                    sha256=checked.sha256,
-                    size=checked.size,
-                    content_type=checked.content_type,
-                    width=checked.width,
-                    height=checked.height,
-                )
-            )
-            known[checked.sha256] = None
-        Blob.objects.bulk_create(new_blobs, ignore_conflicts=True)
         blob_ids = dict(Blob.objects.filter(sha256__in=shas).values_list("sha256", "id"))
-        self.new_blob_ids += [blob_ids[b.sha256] for b in new_blobs]
-        images, labels = [], []
+        new_blobs = {}
+        for _, checked in pending:
+            if checked.sha256 not in blob_ids:
+                new_blobs.setdefault(checked.sha256, checked)
+        blob_ids.update(self.rows.blobs(list(new_blobs.values())))
+        # Another import may have stored the same bytes meanwhile: their row is the one.
+        if missing := [sha for sha in new_blobs if sha not in blob_ids]:
+            blob_ids.update(Blob.objects.filter(sha256__in=missing).values_list("sha256", "id"))
+        self.new_blob_ids += [blob_ids[sha] for sha in new_blobs]
+        images, labels = [], []  # image rows; labels as (index in images, class, kind, data)
         for parsed_image, checked in pending:
-            image = Image(
-                dataset=self.dataset,
-                blob_id=blob_ids[checked.sha256],
-                filename=display_name(parsed_image.name),
-                split=parsed_image.split,
-            )
+            own = self._labels_for(parsed_image, checked, classes)
+            status = LabelStatus.LABELLED if own else LabelStatus.UNLABELLED
+            filename = display_name(parsed_image.name)
+            image = (blob_ids[checked.sha256], filename, parsed_image.split, len(own), status)
             images.append(image)
-            splits[image.split] += 1
-            for label in self._labels_for(parsed_image, checked, classes):
-                labels.append(
-                    Label(image=image, dataset_class=label[0], kind=label[1], data=label[2])
-                )
-                per_class[label[0].name] += 1
-                image.label_count += 1
-            if image.label_count:
-                image.status = LabelStatus.LABELLED
-        Image.objects.bulk_create(images)
-        Label.objects.bulk_create(labels, batch_size=2000)
+            splits[parsed_image.split] += 1
+            for cls, kind, data in own:
+                labels.append((len(images) - 1, cls, kind, data))
+                per_class[cls.name] += 1
+        self.rows.write(images, labels)
         counts["images"] += len(images)
         counts["labels"] += len(labels)
 
@@ -407,6 +397,145 @@ class _Run:
             sha = key.rsplit("/", 1)[-1]
             if not Blob.objects.filter(sha256=sha).exists():
                 default_storage.delete(key)
+
+
+class _RowWriter:
+    """Writes an import's blob, image and label rows, in the import's transaction.
+
+    On PostgreSQL with COPY (psycopg 3, which escapes every value: names may hold tabs,
+    newlines, backslashes, quotes), the images' ids taken from their sequence first so the
+    labels can name them: 0.38 s of the import's CPU for 10,000 images, 30,000 labels and
+    their blobs, against 2.85 s with model instances and bulk_create. Elsewhere
+    (SQLite) with bulk_create. Columns not given here get their model default, so a column
+    added to Image or Label later is written too.
+    """
+
+    IMAGE_COLUMNS = ("id", "dataset_id", "blob_id", "filename", "split", "label_count", "status")
+    LABEL_COLUMNS = ("image_id", "dataset_class_id", "kind", "data")
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+        self.copy = connection.vendor == "postgresql"
+        if self.copy:
+            now = timezone.now()
+            self._image_sql, self._image_rest = _copy_statement(Image, self.IMAGE_COLUMNS, now)
+            self._label_sql, self._label_rest = _copy_statement(Label, self.LABEL_COLUMNS, now)
+            self._blob_sql, self._blob_rest = _blob_insert_statement(self.BLOB_COLUMNS, now)
+
+    def write(self, images: list[tuple], labels: list[tuple]) -> None:
+        if not images:
+            return
+        if not self.copy:
+            self._bulk_create(images, labels)
+            return
+        with connection.cursor() as wrapper:
+            cursor = wrapper.cursor  # psycopg's own, in Django's transaction
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                [Image._meta.db_table, len(images)],
+            )
+            ids = sorted(row[0] for row in cursor.fetchall())
+            dataset_id, rest = self.dataset.pk, self._image_rest
+            with cursor.copy(self._image_sql) as copy:
+                for image_id, row in zip(ids, images, strict=True):
+                    copy.write_row((image_id, dataset_id, *row, *rest))
+            if labels:
+                rest, dumps = self._label_rest, _JSON.encode
+                with cursor.copy(self._label_sql) as copy:
+                    for index, cls, kind, data in labels:
+                        copy.write_row((ids[index], cls.pk, kind, dumps(data), *rest))
+
+    BLOB_COLUMNS = ("sha256", "size", "content_type", "width", "height")
+
+    def blobs(self, new: list[CheckedImage]) -> dict[str, int]:
+        """Blob rows for these images, but where one has the same bytes already: sha256 → id."""
+        if not new:
+            return {}
+        if not self.copy:
+            Blob.objects.bulk_create(
+                [Blob(**{c: getattr(checked, c) for c in self.BLOB_COLUMNS}) for checked in new],
+                ignore_conflicts=True,
+            )
+            return {}
+        # One statement for the batch: its columns as arrays, ON CONFLICT for bytes another
+        # import stored meanwhile (COPY cannot skip those).
+        with connection.cursor() as wrapper:
+            wrapper.cursor.execute(
+                self._blob_sql,
+                [*self._blob_rest, *([getattr(c, k) for c in new] for k in self.BLOB_COLUMNS)],
+            )
+            return dict(wrapper.cursor.fetchall())
+
+    def _bulk_create(self, images: list[tuple], labels: list[tuple]) -> None:
+        rows = [
+            Image(
+                dataset=self.dataset,
+                blob_id=blob_id,
+                filename=filename,
+                split=split,
+                label_count=label_count,
+                status=status,
+            )
+            for blob_id, filename, split, label_count, status in images
+        ]
+        Image.objects.bulk_create(rows)
+        Label.objects.bulk_create(
+            (
+                Label(image=rows[index], dataset_class=cls, kind=kind, data=data)
+                for index, cls, kind, data in labels
+            ),
+            batch_size=2000,
+        )
+
+
+_JSON = json.JSONEncoder()  # as JSONField stores it
+
+
+def _copy_statement(model, given: tuple[str, ...], now) -> tuple[str, tuple]:
+    """COPY of `model`'s rows: the `given` columns, then every other concrete column with the
+    value its model default gives (auto_now fields: `now`)."""
+    columns, rest = list(given), []
+    for f in model._meta.concrete_fields:
+        if f.column in given or f.primary_key:
+            continue
+        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+            value = now
+        else:  # as a model instance would have it ("" for text without a default)
+            value = f.get_db_prep_save(f.get_default(), connection)
+            if value is None and not f.null:
+                raise ValueError(f"{model.__name__}.{f.name} has no default to copy rows with")
+        columns.append(f.column)
+        rest.append(value)
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(c) for c in columns)
+    return f"COPY {quote(model._meta.db_table)} ({names}) FROM STDIN", tuple(rest)
+
+
+def _blob_insert_statement(given: tuple[str, ...], now) -> tuple[str, list]:
+    """INSERT of Blob rows from one array per `given` column (the other columns: their model
+    default), skipping bytes already stored; and the parameters of those defaults, which come
+    before the arrays'."""
+    fields = {f.column: f for f in Blob._meta.concrete_fields if not f.primary_key}
+    quote = connection.ops.quote_name
+    arrays = ", ".join(f"%s::{fields[c].db_type(connection)}[]" for c in given)
+    rest_columns, casts, values = [], [], []
+    for column, f in fields.items():
+        if column in given:
+            continue
+        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+            value = now
+        else:
+            value = f.get_db_prep_save(f.get_default(), connection)
+        rest_columns.append(column)
+        casts.append(f"%s::{f.db_type(connection)}")
+        values.append(value)
+    columns = ", ".join(quote(c) for c in (*given, *rest_columns))
+    sql = (
+        f"INSERT INTO {quote(Blob._meta.db_table)} ({columns}) "  # noqa: S608
+        f"SELECT u.*, {', '.join(casts)} FROM unnest({arrays}) AS u "
+        f"ON CONFLICT ({quote('sha256')}) DO NOTHING RETURNING {quote('sha256')}, {quote('id')}"
+    )
+    return sql, values
 
 
 def _listed(skipped: list[tuple[str, str, str]]) -> list[dict]:
