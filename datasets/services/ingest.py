@@ -48,7 +48,9 @@ from datasets.services.archive import (
     is_nested_archive,
     safe_name,
 )
+from datasets.services.format_detect import detect_and_parse
 from datasets.services.formats import (
+    LABEL_SUFFIXES,
     MAX_META_FILE_BYTES,
     SKIP_FILE,
     SKIP_IMAGE,
@@ -56,7 +58,6 @@ from datasets.services.formats import (
     LabelFileError,
     Parsed,
     ParsedImage,
-    detect_and_parse,
 )
 from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
 from datasets.services.import_report import (
@@ -78,7 +79,7 @@ PROGRESS_SECONDS = 0.5  # how often a running import says how far it is (one Red
 MAX_REPORT_LINES = 1000
 MAX_NOTES = 50
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
-META_SUFFIXES = (".txt", ".yaml", ".yml", ".json", ".xml")
+META_SUFFIXES = LABEL_SUFFIXES  # what the parsers read (.ndjson, CVAT's .names and .data too)
 IGNORED = ("__macosx/", ".ds_store", "thumbs.db", "desktop.ini")
 _BIDI_AND_CONTROL = {"Cc", "Cf"}
 

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from datasets.models import Image, ImportStatus, Label
-from datasets.services import ingest
 from tests.datasets.archives import jpeg_bytes, zip_of
 from tests.datasets.test_ingest import _import
 
@@ -336,11 +335,6 @@ def test_classification_folders_with_a_class_list(team, tmp_path, layout, class_
     assert imp.report["skipped"] == []
 
 
-@pytest.mark.xfail(
-    ".names" not in ingest.META_SUFFIXES,
-    reason="ingest.py's META_SUFFIXES lacks .names/.data (use formats.LABEL_SUFFIXES)",
-    strict=True,
-)
 @pytest.mark.django_db
 def test_cvat_obj_names_is_read_not_listed_as_unsupported(team, tmp_path):
     files = {

@@ -18,25 +18,14 @@ from django.test import Client
 from django.urls import reverse
 
 from datasets.models import Image, ImportStatus, Label, LabelKind, Task
-from datasets.services import ingest
 from datasets.services.datasets import dataset_create
 from datasets.services.export import export_run
-from datasets.services.formats import detect_and_parse
+from datasets.services.format_detect import detect_and_parse
 from datasets.services.ingest import dataset_import_path
 from datasets.services.versions import manifest_build, version_create
 from tests.datasets.archives import jpeg_bytes, zip_of
 from tests.datasets.test_export import KIND_OF_TASK, SAMPLES, assert_same_content, sample_dataset
 from workspaces.services.keys import api_key_create
-
-# The import hands parsers only files whose suffix it knows; until ingest.py's META_SUFFIXES
-# takes formats.LABEL_SUFFIXES, an .ndjson file is "unsupported" there. These tests then fail
-# as expected, and pass (strict: they must be unmarked) once it does.
-INGEST_READS_NDJSON = ".ndjson" in ingest.META_SUFFIXES
-needs_ingest = pytest.mark.xfail(
-    not INGEST_READS_NDJSON,
-    reason="ingest.py's META_SUFFIXES lacks .ndjson (use formats.LABEL_SUFFIXES)",
-    strict=True,
-)
 
 
 def _fixture() -> dict[str, bytes]:
@@ -85,7 +74,6 @@ def test_ndjson_parsed_with_splits_labels_and_urls_not_fetched():
     assert "URL is not fetched" in reasons["birds/birds.ndjson:5 far.jpg"]
 
 
-@needs_ingest
 @pytest.mark.django_db
 def test_ndjson_imports_end_to_end(team, tmp_path):
     access = team.access("editor")
@@ -195,7 +183,6 @@ def test_ndjson_export_parses_back_with_the_same_images_splits_and_labels(team, 
             assert x[:2] == y[:2] and x[2] == pytest.approx(y[2], abs=1e-6)
 
 
-@needs_ingest
 @pytest.mark.django_db
 @pytest.mark.parametrize("task", list(SAMPLES))
 def test_ndjson_export_imports_back_unchanged(team, task, tmp_path):
