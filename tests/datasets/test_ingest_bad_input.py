@@ -172,9 +172,7 @@ def test_bad_images_are_skipped_with_reasons(team, tmp_path, settings):
     )
     assert "not an image" in reasons["page.jpg"]
     assert "not an image" in reasons["vector.png"]
-    assert (
-        Image.objects.get(dataset=dataset, filename="anim.jpg").blob.content_type == "image/png"
-    )
+    assert Image.objects.get(dataset=dataset, filename="anim.jpg").blob.content_type == "image/png"
     assert "unsupported image format ICO" in reasons["icon.png"]
     assert "truncated" in reasons["cut.jpg"]
     assert "megapixels" in reasons["huge.png"]
