@@ -66,8 +66,8 @@ UMBRELLA = [(0.02, 0.45), (0.12, 0.2), (0.4, 0.08), (0.72, 0.1), (0.93, 0.3), (0
 UMBRELLA += [(0.7, 0.63), (0.3, 0.66)]  # its outline in PHOTO, roughly
 # An admin prices "This machine" (in the Django admin) so that training moves credits.
 LOCAL_PRICE = Decimal("3.60")  # per hour: a millicredit a second
-# The runs train on the demo clone: coco8 as uploaded is refused for training (most of its
-# classes have labels in train but none in val; see the report of issue 16).
+# The runs train on the demo clone: coco8 as uploaded trains only with "Train anyway" (most of
+# its classes have labels in train but none in val: a warning; tests/training/test_data_checks.py).
 TRAIN_ON = "Shapes (demo) v1"
 EPOCHS = 3
 BATCH = 16
