@@ -10,6 +10,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/v1/", api.urls),
+    # What stock `ultralytics` calls when ULTRALYTICS_PLATFORM_URL points here.
+    path("api/webhooks/", include("training.platform_webhook_urls")),
+    path("api/", include("config.platform_urls")),
     path("d/", endpoints.urls),
     path("", include("workspaces.urls")),
     path("", include("datasets.urls")),
