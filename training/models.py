@@ -145,13 +145,26 @@ class FailureKind(models.TextChoices):
     PLATFORM = "platform", "Kestrel's own error"
 
 
+class JobKind(models.TextChoices):
+    """Who runs the job: Kestrel (a provider's machine, metered), or stock `ultralytics` on the
+    user's own machine reporting to the platform webhooks (training.platform_webhooks)."""
+
+    KESTREL = "kestrel", "Kestrel"
+    EXTERNAL = "external", "Own machine"
+
+
 class TrainingJob(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="jobs")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    kind = models.CharField(max_length=10, choices=JobKind.choices, default=JobKind.KESTREL)
+    # Empty only for an external job: trained on a local YAML, not a Kestrel version.
     dataset_version = models.ForeignKey(
-        DatasetVersion, on_delete=models.RESTRICT, related_name="jobs"
+        DatasetVersion, on_delete=models.RESTRICT, null=True, blank=True, related_name="jobs"
     )
-    gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="jobs")
+    # Empty only for an external job: the user's machine, described by client_info.
+    gpu_type = models.ForeignKey(
+        GpuType, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
@@ -218,6 +231,14 @@ class TrainingJob(models.Model):
     budget_cap = models.BigIntegerField(
         null=True, blank=True, help_text="Micro-credits this job may spend at most; then it stops."
     )
+    client_info = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="External: the machine and command its client reported (environment).",
+    )
+    client_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="External: the last event from its client."
+    )
     error = models.TextField(blank=True)
     failure_kind = models.CharField(max_length=10, choices=FailureKind.choices, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -249,6 +270,10 @@ class TrainingJob(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def is_external(self) -> bool:
+        return self.kind == JobKind.EXTERNAL
 
     @property
     def is_active(self) -> bool:
@@ -327,7 +352,8 @@ class EpochMetric(models.Model):
 class LogChunk(models.Model):
     job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="log_chunks")
     attempt = models.PositiveIntegerField()
-    seq = models.PositiveIntegerField()
+    # An external job's is its client's chunk id (milliseconds since 1970, counted up): big.
+    seq = models.PositiveBigIntegerField()
     text = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -358,6 +384,31 @@ class SystemSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} sample {self.attempt}.{self.seq}"
+
+
+class ExternalUpload(models.Model):
+    """A signed, single-use upload URL handed to an external job's client
+    (POST /api/webhooks/models/upload), and the file PUT there; `checkpoint_saved` names it by
+    its token, never by a path."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="uploads")
+    attempt = models.PositiveIntegerField()
+    token = models.CharField(max_length=64, unique=True)
+    filename = models.CharField(max_length=200)
+    key = models.CharField(max_length=300, help_text="Where the PUT bytes are kept.")
+    expires_at = models.DateTimeField()
+    stored_at = models.DateTimeField(null=True, blank=True)
+    size = models.PositiveBigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} upload {self.filename}"
 
 
 class InspectState(models.TextChoices):
