@@ -21,7 +21,7 @@ api = NinjaAPI(
     title="Kestrel API",
     version="1",
     description=(
-        "Send `Authorization: Bearer ksk_…` with a workspace API key, or use the browser "
+        "Send `Authorization: Bearer ul_…` with a workspace API key, or use the browser "
         "session. A key reaches only its own workspace and only what its scopes allow."
     ),
     auth=[ApiKeyAuth(), session_auth],

@@ -1,7 +1,7 @@
 """JSON API for uploads: one whole archive or image per request, and an import's state.
 
 Large or flaky transfers go through the resumable uploader on the dataset's upload page; this
-API suits scripts: `curl -F file=@birds.zip -H "Authorization: Bearer ksk_…" …/uploads`.
+API suits scripts: `curl -F file=@birds.zip -H "Authorization: Bearer ul_…" …/uploads`.
 """
 
 from datetime import datetime

@@ -187,8 +187,13 @@ class ApiKeyScope(models.TextChoices):
     KEYS = "keys", "Manage keys"
 
 
+PLATFORM_KEY_PREFIX_HEX = 16  # of a `ul_` key's 40 hex; legacy `ksk_` keys have 12
+
+
 class ApiKey(models.Model):
-    """A workspace API key. Only the SHA-256 of the full key is stored; the prefix finds it."""
+    """A workspace API key. Only the SHA-256 of the full key is stored; the prefix finds it.
+    Issued as `ul_` + 40 hex (the form `yolo login` keeps); older keys are `ksk_<prefix>_<secret>`
+    (workspaces.selectors.PresentedKey reads both)."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=100)
@@ -209,4 +214,11 @@ class ApiKey(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"{self.name} (ksk_{self.prefix}_…)"
+        return f"{self.name} ({self.shown})"
+
+    @property
+    def shown(self) -> str:
+        """The key as lists show it: its start, the secret left out."""
+        if len(self.prefix) == PLATFORM_KEY_PREFIX_HEX:
+            return f"ul_{self.prefix}…"
+        return f"ksk_{self.prefix}_…"

@@ -4,6 +4,7 @@ or, named by id alone, through `row_for_caller` (the row and the caller's access
 import functools
 import hashlib
 import hmac
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,7 +18,16 @@ from django.db.models.query import get_related_populators
 from django.http import Http404
 from django.utils import timezone
 
-from workspaces.models import ApiKey, Invitation, Membership, Project, Role, User, Workspace
+from workspaces.models import (
+    PLATFORM_KEY_PREFIX_HEX,
+    ApiKey,
+    Invitation,
+    Membership,
+    Project,
+    Role,
+    User,
+    Workspace,
+)
 from workspaces.permissions import (
     PERM_REQUIRED_ROLE,
     Perm,
@@ -108,22 +118,31 @@ def workspace_access_for_caller(*, auth, user: User, slug: str) -> WorkspaceAcce
     return workspace_access_for_user(user=user, slug=slug)
 
 
-API_KEY_PREFIX_BYTES = 6  # 12 hex characters
+# Keys are issued as `ul_` + 40 hex, the form `yolo login` keeps (it discards any other): the
+# first PLATFORM_KEY_PREFIX_HEX of the 40 find the row, the other 24 (96 bits) are the secret.
+# Keys issued before issue 20, `ksk_<12 hex>_<secret>`, keep working. The prefixes of the two
+# forms differ in length, so a new key's prefix can never be an old key's.
+PLATFORM_KEY = re.compile(r"ul_([0-9a-f]{40})")
+LEGACY_KEY_PREFIX_HEX = 12
 M = TypeVar("M", bound=Model)
 
 
 @dataclass(frozen=True)
 class PresentedKey:
     """A bearer token as a caller sent it, not yet checked: `row_for_caller` checks it in the
-    query that finds the row (the predict path), `api_key_authenticate` on its own."""
+    query that finds the row (the predict path), `api_key_authenticate` on its own. The one
+    parser of keys: `ul_<40 hex>`, or the legacy `ksk_<12 hex>_<secret>`."""
 
     raw: str
 
     @property
     def prefix(self) -> str | None:
         """The key's public prefix, or None when the token is not shaped like a Kestrel key."""
+        platform = PLATFORM_KEY.fullmatch(self.raw)
+        if platform is not None:
+            return platform[1][:PLATFORM_KEY_PREFIX_HEX]
         parts = self.raw.split("_", 2)
-        if len(parts) != 3 or parts[0] != "ksk" or len(parts[1]) != API_KEY_PREFIX_BYTES * 2:
+        if len(parts) != 3 or parts[0] != "ksk" or len(parts[1]) != LEGACY_KEY_PREFIX_HEX:
             return None
         return parts[1]
 

@@ -544,7 +544,7 @@ def create_an_api_key(journey: Journey, page, slug: str) -> str:
         page.check("main input[name=scopes][value=predict]")
         click_and_load(page, page.get_by_role("button", name="Create key"))
         raw = page.get_by_test_id("new-key").inner_text().strip()
-        assert raw.startswith("ksk_"), raw
+        assert re.fullmatch(r"ul_[0-9a-f]{40}", raw), raw  # the form `yolo login` keeps
     return raw
 
 

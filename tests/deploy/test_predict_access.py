@@ -117,9 +117,17 @@ def test_every_case_answers_as_the_general_path(team, model, stranger):
     assert _same(expired, model.pk) == 401
     _, later = _key(team, expires_at=now + timedelta(days=1))
     assert _same(later, model.pk) == "ok"
-    prefix = good.split("_")[1]
-    assert _same(f"ksk_{prefix}_{'0' * 40}", model.pk) == 401  # right prefix, wrong secret
+    wrong = good[:19] + ("0" * 24 if good[19:] != "0" * 24 else "1" * 24)
+    assert _same(wrong, model.pk) == 401  # right prefix, wrong secret
     assert _same("ksk_short_x", model.pk) == 401
+    # A key issued before issue 20 (`ksk_<12 hex>_<secret>`) predicts as a new one does.
+    legacy = f"ksk_{'c0ffee' * 2}_legacy-secret"
+    legacy_key, _ = _key(team)
+    ApiKey.objects.filter(pk=legacy_key.pk).update(
+        prefix="c0ffee" * 2, key_hash=PresentedKey(legacy).hash
+    )
+    assert _same(legacy, model.pk) == "ok"
+    assert _same(legacy[:-1], model.pk) == 401
     # Keys act with their creator's current role (admins create them; roles change later).
     answers = {}
     for role in ("admin", "editor", "viewer"):

@@ -125,7 +125,7 @@ def test_key_creation_returns_plaintext_once(team):
         {"name": "bot", "scopes": ["predict"]},
         content_type="application/json",
     ).json()
-    assert created["key"].startswith("ksk_" + created["prefix"])
+    assert created["key"].startswith("ul_" + created["prefix"])
     listed = api.get("/api/v1/workspaces/acme/keys").json()
     assert all("key" not in k for k in listed)
     assert {k["name"] for k in listed} == {"k", "bot"}

@@ -1,12 +1,17 @@
+import hashlib
+import re
 from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from core.errors import ServiceError
 from tests.workspaces.factories import MembershipFactory, WorkspaceFactory
 from workspaces.models import ApiKey, Role
+from workspaces.services import keys
 from workspaces.services.keys import api_key_authenticate, api_key_create, api_key_revoke
 
 
@@ -18,15 +23,16 @@ def _create(team, **kwargs):
 
 @pytest.mark.django_db
 def test_key_format_and_only_its_hash_is_stored(team):
+    """Issue 20: `ul_` + 40 hex, the only form `yolo login` keeps; the first 16 hex find it."""
     key, raw = _create(team)
-    assert raw.startswith(f"ksk_{key.prefix}_")
-    assert len(raw) > 50
-    assert key.key_hash != raw and len(key.key_hash) == 64
+    assert re.fullmatch(r"ul_[0-9a-f]{40}", raw), raw
+    assert raw[3:19] == key.prefix and str(key) == f"ci (ul_{key.prefix}…)"
+    assert key.key_hash == hashlib.sha256(raw.encode()).hexdigest()
     with connection.cursor() as cursor:
         cursor.execute("SELECT * FROM workspaces_apikey")
         rows = cursor.fetchall()
-    secret = raw.split("_", 2)[2]
-    assert secret not in repr(rows) and raw not in repr(rows)
+    secret = raw[19:]
+    assert len(secret) == 24 and secret not in repr(rows) and raw not in repr(rows)
     assert api_key_authenticate(raw=raw) == key
 
 
@@ -50,6 +56,70 @@ def test_wrong_secret_with_a_real_prefix_is_refused(team):
     assert api_key_authenticate(raw=raw[:-4] + "AAAA") is None
     for malformed in ["", "ksk_", "ksk__", "Bearer x", f"ksk_{key.prefix}", "xyz_" + raw[4:]]:
         assert api_key_authenticate(raw=malformed) is None
+    hexes = raw[3:]
+    for malformed in [
+        "ul_" + hexes.upper(),  # `yolo login` keeps lowercase hex only; so does Kestrel
+        "UL_" + hexes,
+        raw[:-1],
+        raw + "0",
+        raw + "\n",
+        " " + raw,
+        "ul_" + hexes[:-1] + "g",
+        f"ksk_{key.prefix}_{hexes[16:]}",  # the new key's parts in the old form
+        f"ul_{key.prefix}",
+    ]:
+        assert api_key_authenticate(raw=malformed) is None, malformed
+
+
+@pytest.mark.django_db
+def test_keys_issued_before_issue_20_keep_working_beside_new_ones(team):
+    """A `ksk_` key already issued (12-hex prefix, only its SHA-256 stored) still authenticates;
+    a new key whose 16-hex prefix starts with the old key's 12 is another key, and neither
+    unlocks the other."""
+    new, new_raw = _create(team)
+    old_prefix = new.prefix[:12]
+    old_raw = f"ksk_{old_prefix}_{'Zx-9' * 10}a"
+    old = ApiKey.objects.create(
+        workspace=team.workspace,
+        name="legacy",
+        prefix=old_prefix,
+        key_hash=hashlib.sha256(old_raw.encode()).hexdigest(),
+        scopes=["read"],
+        created_by=team.admin,
+    )
+    assert api_key_authenticate(raw=old_raw) == old and str(old) == f"legacy (ksk_{old_prefix}_…)"
+    assert api_key_authenticate(raw=new_raw) == new
+    assert api_key_authenticate(raw=f"ksk_{old_prefix}_{new_raw[15:]}") is None
+    api = Client(headers={"Authorization": f"Bearer {old_raw}"})
+    assert api.get("/api/v1/workspaces/acme").status_code == 200
+    listing = Client()
+    listing.force_login(team.admin)
+    page = listing.get(reverse("api_key_list", kwargs={"ws_slug": "acme"})).content.decode()
+    assert f"ksk_{old_prefix}_…" in page and f"ul_{new.prefix}…" in page
+
+
+@pytest.mark.django_db
+def test_a_prefix_already_taken_draws_again(team, monkeypatch):
+    """Two keys can never share a prefix (unique): a draw that hits one draws again, inside the
+    same transaction, and the key made is whole and works."""
+    taken, _ = _create(team)
+    draws = iter([taken.prefix + "0" * 24, "ab" * 20])
+    monkeypatch.setattr(keys.secrets, "token_hex", lambda n: next(draws))
+    key, raw = _create(team, name="second")
+    assert raw == "ul_" + "ab" * 20 and key.prefix == "ab" * 8
+    assert api_key_authenticate(raw=raw) == key
+    assert ApiKey.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_generator_that_only_draws_taken_prefixes_fails_clearly_and_writes_nothing(
+    team, monkeypatch
+):
+    taken, _ = _create(team)
+    monkeypatch.setattr(keys.secrets, "token_hex", lambda n: taken.prefix + "1" * 24)
+    with pytest.raises(ServiceError, match="unused key prefix"):
+        _create(team, name="never")
+    assert list(ApiKey.objects.values_list("name", flat=True)) == ["ci"]
 
 
 @pytest.mark.django_db
@@ -91,7 +161,7 @@ def test_keys_page_shows_the_key_once_then_only_its_prefix(team, client):
     assert key.expires_at.year == 2099
     listing = client.get(url)
     assert raw.encode() not in listing.content
-    assert f"ksk_{key.prefix}".encode() in listing.content
+    assert f"ul_{key.prefix}…".encode() in listing.content
     assert b"read, predict" in listing.content and b"never" in listing.content
 
     client.post(reverse("api_key_revoke", kwargs={"ws_slug": "acme", "pk": key.pk}))
@@ -110,7 +180,7 @@ def test_reloading_the_keys_page_after_creating_shows_the_key_once_and_makes_no_
     assert response.redirect_chain == [(url, 302)]
     key = ApiKey.objects.get()
     raw = response.context["new_key"]["raw"]
-    assert raw.startswith(f"ksk_{key.prefix}_") and api_key_authenticate(raw=raw) == key
+    assert raw.startswith(f"ul_{key.prefix}") and api_key_authenticate(raw=raw) == key
     assert response.content.count(raw.encode()) == 1
     assert "no-store" in response["Cache-Control"]
     for _ in range(2):  # reloading is a GET again: no key made, the plaintext gone

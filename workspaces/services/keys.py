@@ -4,7 +4,7 @@ import secrets
 from datetime import UTC, datetime
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import ServiceError
@@ -14,14 +14,14 @@ from workspaces.models import (
 )
 from workspaces.permissions import Perm
 from workspaces.selectors import (
-    API_KEY_PREFIX_BYTES,
     PresentedKey,
     WorkspaceAccess,
     api_key_last_use_note,
     api_key_live,
 )
 
-API_KEY_SECRET_BYTES = 32
+PLATFORM_KEY_BYTES = 20  # `ul_` + 40 hex, as `yolo login` keeps it
+PREFIX_ATTEMPTS = 5  # a 64-bit prefix taken already is rare; five in a row is a broken generator
 
 
 @transaction.atomic
@@ -57,18 +57,27 @@ def api_key_create(
                 "A key made by a key must expire no later than it "
                 f"({parent.expires_at:%Y-%m-%d %H:%M} UTC)."
             )
-    prefix = secrets.token_hex(API_KEY_PREFIX_BYTES)
-    raw = f"ksk_{prefix}_{secrets.token_urlsafe(API_KEY_SECRET_BYTES)}"
-    key = ApiKey.objects.create(
-        workspace=access.workspace,
-        name=name,
-        prefix=prefix,
-        key_hash=PresentedKey(raw).hash,
-        scopes=sorted(set(scopes), key=ApiKeyScope.values.index),
-        created_by=access.user,
-        expires_at=expires_at,
-    )
-    return key, raw
+    scopes = sorted(set(scopes), key=ApiKeyScope.values.index)
+    for _ in range(PREFIX_ATTEMPTS):
+        raw = f"ul_{secrets.token_hex(PLATFORM_KEY_BYTES)}"
+        presented = PresentedKey(raw)
+        try:
+            with transaction.atomic():  # a savepoint: a prefix already taken draws again
+                key = ApiKey.objects.create(
+                    workspace=access.workspace,
+                    name=name,
+                    prefix=presented.prefix,
+                    key_hash=presented.hash,
+                    scopes=scopes,
+                    created_by=access.user,
+                    expires_at=expires_at,
+                )
+        except IntegrityError:
+            if not ApiKey.objects.filter(prefix=presented.prefix).exists():
+                raise  # not the prefix: nothing a new draw would mend
+            continue
+        return key, raw
+    raise ServiceError("Could not draw an unused key prefix; try again.")
 
 
 @transaction.atomic
