@@ -310,6 +310,9 @@ TRAINING_ALLOW_DOWNLOADS = env.bool("TRAINING_ALLOW_DOWNLOADS", default=True)
 TRAINING_REDIS_URL = env.str("TRAINING_REDIS_URL", default=REDIS_URL)
 # The supervising task beats this often; a job silent for three beats is resumed elsewhere.
 TRAINING_HEARTBEAT_SECONDS = env.float("TRAINING_HEARTBEAT_SECONDS", default=10.0)
+# A run of stock ultralytics on a user's machine (an external job) whose client says nothing
+# for this long is marked lost; its console alone speaks every few seconds while it trains.
+TRAINING_EXTERNAL_SILENT_SECONDS = env.float("TRAINING_EXTERNAL_SILENT_SECONDS", default=900.0)
 TRAINING_MAX_ATTEMPTS = 3
 # Providers this server may use: "local" (this machine) always; cloud ones when configured.
 TRAINING_PROVIDERS = env.list("TRAINING_PROVIDERS", default=["local"])

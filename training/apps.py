@@ -11,3 +11,5 @@ class TrainingConfig(AppConfig):
 
         long_job_register("training.services.inspection.INSPECT_JOB")
         long_job_register("training.reaper.jobs_reap")  # its own rule: resume from a checkpoint
+        # Runs on users' own machines whose client went silent: marked lost.
+        long_job_register("training.services.external_runs.external_runs_reap")

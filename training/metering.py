@@ -34,7 +34,8 @@ NEXT_SLICE_SECONDS = 5 * 60  # kept held ahead while it runs
 
 
 def metered(job: TrainingJob) -> bool:
-    return job.gpu_type.hourly_price > 0
+    """Whether the job costs credits: never an external one (the machine is the user's)."""
+    return job.gpu_type is not None and job.gpu_type.hourly_price > 0
 
 
 def _micro(seconds: float, job: TrainingJob) -> int:

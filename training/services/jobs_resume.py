@@ -1,7 +1,7 @@
 """Whether Resume can help a job: the one rule read by the job page's button, the live page,
 the API's job and training.services.jobs.job_resume."""
 
-from training.models import FailureKind, JobState, TrainingJob
+from training.models import FailureKind, JobKind, JobState, TrainingJob
 
 # Failures that would happen again as they are: Resume runs the same machine type, data,
 # settings and weights. What the person can do instead.
@@ -40,6 +40,11 @@ def job_resume_refusal(job: TrainingJob) -> str:
     """Why Resume cannot help `job` ("" when it can): a stopped job, or one that failed in a way
     another attempt may get past (a lost worker, Kestrel's own error, or out of memory or a
     crash after a checkpoint)."""
+    if job.kind == JobKind.EXTERNAL:
+        return (
+            f"{job.title} trains on its own machine: run the same yolo command there with "
+            "resume=True to continue it."
+        )
     if job.state not in (JobState.STOPPED, JobState.FAILED):
         return (
             f"Only a stopped or failed job can be resumed; {job.title} is "
