@@ -333,28 +333,29 @@ def _ndjson_lines(manifest: dict, names: list[str]) -> Iterator[str]:
         head["kpt_shape"] = list(manifest["keypoint_shape"])
     yield json.dumps(head)
     for img, name in zip(manifest["images"], names, strict=True):
-        annotations: dict = {}
-        if task == Task.CLASSIFY:
-            tags = sorted(lb["class"] for lb in img["labels"] if lb["kind"] == LabelKind.TAG)
-            if tags:
-                annotations["classification"] = tags[:1]
-        else:
-            rows = []
-            for lb in img["labels"]:
-                values = _yolo_values(task, lb["kind"], lb["data"])
-                if values is not None:
-                    rows.append([lb["class"], *(round(float(v), 10) for v in values)])
-            if rows:
-                annotations[_NDJSON_KEYS[task]] = rows
         record = {
             "type": "image",
             "file": name,
             "split": img["split"],
             "width": img["width"],
             "height": img["height"],
-            "annotations": annotations,
+            "annotations": ndjson_annotations(task, img["labels"]),
         }
         yield json.dumps(record)
+
+
+def ndjson_annotations(task: str, labels: list[dict]) -> dict:
+    """An image's manifest labels as an NDJSON record's `annotations` (also the NDJSON that
+    stock ultralytics downloads for a ul:// dataset, datasets/platform_export.py)."""
+    if task == Task.CLASSIFY:
+        tags = sorted(lb["class"] for lb in labels if lb["kind"] == LabelKind.TAG)
+        return {"classification": tags[:1]} if tags else {}
+    rows = []
+    for lb in labels:
+        values = _yolo_values(task, lb["kind"], lb["data"])
+        if values is not None:
+            rows.append([lb["class"], *(round(float(v), 10) for v in values)])
+    return {_NDJSON_KEYS[task]: rows} if rows else {}
 
 
 def _ndjson_write(zf: zipfile.ZipFile, manifest: dict) -> None:
