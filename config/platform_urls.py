@@ -6,10 +6,12 @@ the client downloads right after resolving a URI)."""
 
 from django.urls import path, re_path
 
+from config.platform_account import account_summary
 from datasets import platform_export
 from training import platform_files
 
 urlpatterns: list = [
+    path("account/summary", account_summary, name="platform_account_summary"),
     path(
         "datasets/<str:owner>/<str:slug>/export",
         platform_export.platform_dataset_export,
