@@ -340,4 +340,7 @@ def test_the_stripe_webhook_is_the_only_view_without_csrf_protection():
                 exempt.add(p.name)
 
     walk(get_resolver().url_patterns)
-    assert exempt == {"stripe_webhook"}
+    # The platform webhooks take a bearer API key or a signed URL, never a session cookie
+    # (tests/training/authz_platform_webhooks.py: a signed-in person without a key is 401).
+    platform = {"platform_training_metrics", "platform_model_upload", "platform_model_upload_put"}
+    assert exempt == {"stripe_webhook", *platform}

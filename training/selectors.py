@@ -230,9 +230,14 @@ def compare_arguments(jobs: list[TrainingJob]) -> list[ArgumentRow]:
         ),
         ArgumentRow(
             "dataset version",
-            [f"{j.dataset_version.dataset.name} v{j.dataset_version.number}" for j in jobs],
+            [
+                f"{j.dataset_version.dataset.name} v{j.dataset_version.number}"
+                if j.dataset_version
+                else _shown((j.extra_args or {}).get("data"))
+                for j in jobs
+            ],
         ),
-        ArgumentRow("machine", [j.gpu_type.name for j in jobs]),
+        ArgumentRow("machine", [j.gpu_type.name if j.gpu_type else j.device for j in jobs]),
     ]
     keys = sorted({key for j in jobs for key in (j.extra_args or {})})
     for key in keys:

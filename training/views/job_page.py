@@ -201,11 +201,13 @@ def _confusion(matrix: dict, link) -> dict | None:
 def _results(access: WorkspaceAccess, job: TrainingJob) -> dict:
     """The results panel: final metrics, per-class table, confusion matrix, curves, val images.
     Class names link to the dataset's gallery filtered by that class, while it still has one."""
-    dataset = job.dataset_version.dataset
-    class_ids = dict(DatasetClass.objects.filter(dataset=dataset).values_list("name", "pk"))
-    gallery = reverse(
-        "dataset_gallery", kwargs={"ws_slug": access.workspace.slug, "pk": dataset.pk}
-    )
+    dataset = job.dataset_version.dataset if job.dataset_version else None  # external: maybe none
+    class_ids, gallery = {}, ""
+    if dataset is not None:
+        class_ids = dict(DatasetClass.objects.filter(dataset=dataset).values_list("name", "pk"))
+        gallery = reverse(
+            "dataset_gallery", kwargs={"ws_slug": access.workspace.slug, "pk": dataset.pk}
+        )
 
     def link(name: str) -> str | None:
         pk = class_ids.get(name)
@@ -241,6 +243,8 @@ def _title_prefix(job: TrainingJob, progress: dict | None) -> str:
 
 def _estimate(job: TrainingJob) -> dict | None:
     """The estimate made at the start and, once an epoch is measured, the job's own."""
+    if job.gpu_type is None:  # an external job: its machine is not one Kestrel estimates
+        return None
     after = reestimate(job)
     start = job.estimated_seconds
     if after is None and start is None:
@@ -266,8 +270,10 @@ def job_context(access: WorkspaceAccess, job: TrainingJob) -> dict:
     return {
         "access": access,
         "job": job,
-        "version_label": version_label(job.dataset_version),
-        "val_warning": version_unmeasured_warning(job.dataset_version),
+        "version_label": version_label(job.dataset_version) if job.dataset_version else "",
+        "val_warning": version_unmeasured_warning(job.dataset_version)
+        if job.dataset_version
+        else "",
         "progress": live["progress"],
         "live_data": live,
         "title_prefix": _title_prefix(job, live["progress"]),
