@@ -1,7 +1,7 @@
 from django.urls import path
 
 from training import live
-from training.views import compare, estimate, jobs, models, projects, start
+from training.views import compare, estimate, jobs, models, own_machine, projects, start
 
 W = "w/<slug:ws_slug>/"
 JOB = W + "training/jobs/<int:pk>/"
@@ -9,6 +9,11 @@ urlpatterns = [
     path(W + "projects/<int:pk>/", projects.project_detail, name="project_detail"),
     path(W + "projects/<int:pk>/train/", start.job_create, name="job_create"),
     path(W + "projects/<int:pk>/train/estimate/", estimate.job_estimate, name="job_estimate"),
+    path(
+        W + "projects/<int:pk>/train/own-machine/",
+        own_machine.job_own_machine,
+        name="job_own_machine",
+    ),
     path(W + "projects/<int:pk>/compare/", compare.project_compare, name="project_compare"),
     path(W + "training/", jobs.job_list, name="job_list"),
     path(JOB, jobs.job_detail, name="job_detail"),
