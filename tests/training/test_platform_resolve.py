@@ -4,24 +4,30 @@ the real client resolving, converting and loading them from a live server."""
 
 import hashlib
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import yaml
 from django.test import Client
 
 from datasets.models import Image, Label
 from datasets.platform_export import LINES_PER_BLOCK
-from datasets.services.versions import version_create
+from datasets.services.versions import version_create, version_manifest_load
 from tests.datasets.factories import (
     DatasetClassFactory,
     DatasetFactory,
     ImageFactory,
     LabelFactory,
 )
+from tests.servers import app_server
 from tests.training.factories import trained_model_row
-from tests.training.helpers import SHARED
+from tests.training.helpers import SHARED, version_of
 from training.models import InspectState
 from workspaces.selectors import workspace_access_for_user
 from workspaces.services.keys import api_key_create
@@ -348,3 +354,206 @@ def test_model_files_refusals(team, weights_model, stranger):
         _get(_client("ul_" + "0" * 40), f"/api/models/acme/{project}/{model.pk}/files").status_code
         == 401
     )
+
+
+# --- the real client, against a live server --------------------------------------------------
+
+CLIENT = r"""
+import json
+import sys
+from pathlib import Path
+
+# Resolution only: a run reported by the client is the webhooks' to test.
+import ultralytics.utils.callbacks.platform as reporting
+
+reporting.TESTS_RUNNING = True
+from ultralytics import YOLO
+from ultralytics.data.utils import convert_ndjson_to_yolo_if_needed
+from ultralytics.utils.checks import check_file
+
+what, *args = sys.argv[1:]
+if what == "data":
+    out = [str(convert_ndjson_to_yolo_if_needed(uri)) for uri in args]
+elif what == "file":
+    out = str(check_file(args[0]))
+elif what == "build":
+    YOLO("yolo11n.yaml").save(args[0])
+    out = args[0]
+elif what == "model":
+    model = YOLO(args[0])
+    out = {"task": model.task, "names": len(model.names), "path": str(model.ckpt_path)}
+elif what == "train":
+    model, data = args
+    trainer = YOLO(model)
+    trainer.train(data=data, epochs=1, imgsz=64, batch=4, device="cpu", amp=False, workers=0,
+                  plots=False, project=str(Path("runs").resolve()), name="ul", exist_ok=True)
+    out = {"best": str(trainer.trainer.best), "data": str(trainer.trainer.args.data)}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _client_env(home: Path, url: str, key: str) -> dict:
+    """The environment of a person's own machine: not under pytest or CI (the client turns
+    itself off there), offline for anything but Kestrel, the fonts it would download laid in."""
+    dropped = ("PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "PYTEST_XDIST_WORKER")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    config = home / "config"
+    fonts = config / "Ultralytics"
+    fonts.mkdir(parents=True, exist_ok=True)
+    import matplotlib
+
+    dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
+        shutil.copyfile(dejavu, fonts / name)
+    env.update(
+        YOLO_OFFLINE="1",
+        YOLO_AUTOINSTALL="0",
+        YOLO_CONFIG_DIR=str(config),
+        ULTRALYTICS_PLATFORM_URL=url,
+        ULTRALYTICS_API_KEY=key,
+        CUDA_VISIBLE_DEVICES="",
+    )
+    return env
+
+
+def _run(home: Path, env: dict, *args: str, timeout: int = 300):
+    done = subprocess.run(  # noqa: S603 - the installed client, our own script
+        [sys.executable, "-c", CLIENT, *args],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    results = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    return done.returncode, (json.loads(results[-1][7:]) if results else None), output
+
+
+@pytest.fixture
+def coco8(team, transactional_db):
+    """coco8 as Ultralytics ships it (four train and four val images), a Kestrel version."""
+    return version_of(
+        user=team.owner, workspace=team.workspace, folder=COCO8, task="detect", name="coco8"
+    )
+
+
+def _yolo_rows(folder: Path) -> list[list[float]]:
+    rows = []
+    for label in folder.glob("*.txt"):
+        rows += [[float(v) for v in ln.split()] for ln in label.read_text().splitlines() if ln]
+    return sorted(rows)
+
+
+def test_the_client_converts_a_kestrel_dataset_and_fetches_it_again_once_changed(
+    team, coco8, tmp_path
+):
+    home = tmp_path / "machine"
+    home.mkdir()
+    with app_server() as url:
+        env = _client_env(home, url, _key(team))
+        # The owner as a person might type it: any case.
+        code, out, log = _run(
+            home, env, "data", "ul://Acme/datasets/coco8", "ul://acme/datasets/coco8"
+        )
+        assert code == 0, log[-3000:]
+        first, again = (Path(p) for p in out)
+        assert first == again  # the same version: converted once, then reused
+        data = yaml.safe_load(first.read_text())
+        assert data["names"] == dict(enumerate(version_manifest_load(coco8)["classes"]))
+        assert data["version"] == 1 and data["content_hash"] == coco8.content_hash
+        root = first.parent
+        for split in ("train", "val"):
+            images = sorted(p.name for p in (root / "images" / split).iterdir())
+            assert len(images) == 4, images
+            # The same boxes as coco8's own labels, class by class name.
+            theirs = yaml.safe_load((COCO8 / "coco8.yaml").read_text())["names"]
+            ours = {name: i for i, name in data["names"].items()}
+            expected = sorted(
+                [float(ours[theirs[int(r[0])]]), *r[1:]]
+                for r in _yolo_rows(COCO8 / "labels" / split)
+            )
+            got = _yolo_rows(root / "labels" / split)
+            assert len(got) == len(expected)
+            for a, b in zip(got, expected, strict=True):
+                assert a[0] == b[0] and a[1:] == pytest.approx(b[1:], abs=1e-6)
+        # The bytes are the stored ones.
+        shas = {hashlib.sha256(p.read_bytes()).hexdigest() for p in root.glob("images/*/*")}
+        assert shas == set(
+            Image.objects.filter(dataset=coco8.dataset).values_list("blob__sha256", flat=True)
+        )
+
+        # Asked again later: the copy is reused as it is, nothing downloaded or written.
+        written = {p: p.stat().st_mtime_ns for p in root.glob("*/*/*")}
+        code, out, log = _run(home, env, "data", "ul://acme/datasets/coco8")
+        assert code == 0, log[-3000:]
+        assert Path(out[0]) == first
+        assert {p: p.stat().st_mtime_ns for p in root.glob("*/*/*")} == written
+
+        # A new version: fetched and converted again, beside the old copy, which is untouched.
+        label = Label.objects.filter(image__dataset=coco8.dataset).order_by("id").first()
+        label.data = [0.5, 0.5, 0.25, 0.25]
+        label.save(update_fields=["data"])
+        version_create(access=team.access("owner"), dataset=coco8.dataset, note="a box moved")
+        code, out, log = _run(home, env, "data", "ul://acme/datasets/coco8")
+        assert code == 0, log[-3000:]
+        second = Path(out[0])
+        assert second != first and first.is_file()
+        assert yaml.safe_load(second.read_text())["version"] == 2
+        rows = _yolo_rows(second.parent / "labels" / "train") + _yolo_rows(
+            second.parent / "labels" / "val"
+        )
+        assert any(r[1:] == pytest.approx([0.5, 0.5, 0.25, 0.25]) for r in rows)
+
+        # check_file itself (what `data=` resolves through): the NDJSON, named by its version.
+        code, out, log = _run(home, env, "file", "ul://acme/datasets/coco8")
+        assert code == 0, log[-3000:]
+        assert (
+            Path(out).name
+            == f"coco8-v2-{coco8.dataset.versions.get(number=2).content_hash[:12]}.ndjson"
+        )
+
+        # Refusals reach the person with Kestrel's words.
+        code, _, log = _run(home, env, "data", "ul://acme/datasets/nothing-here")
+        assert code != 0 and "No dataset or model weights found on Platform" in log
+        DatasetFactory(workspace=team.workspace, name="Unsaved")
+        code, _, log = _run(home, env, "data", "ul://acme/datasets/unsaved")
+        assert code != 0 and "has no saved version yet" in log
+        code, _, log = _run(
+            home,
+            {**env, "ULTRALYTICS_API_KEY": _key(team, ["predict"])},
+            "data",
+            "ul://acme/datasets/coco8",
+        )
+        assert code != 0 and "PermissionError" in log and "read or train scope" in log
+
+
+def test_the_client_loads_a_kestrel_model_and_trains_on_ul_data_and_weights(team, coco8, tmp_path):
+    home = tmp_path / "machine"
+    home.mkdir()
+    env = _client_env(home, "http://127.0.0.1:9", _key(team))
+    code, out, log = _run(home, env, "build", str(tmp_path / "yolo11n.pt"))
+    assert code == 0, log[-3000:]
+    weights = (tmp_path / "yolo11n.pt").read_bytes()
+    model = trained_model_row(workspace=team.workspace, class_names=[], weights=weights)
+    model.name, model.weights_sha256 = "run1", hashlib.sha256(weights).hexdigest()
+    model.save(update_fields=["name", "weights_sha256"])
+    project = model.project.name.lower().replace(" ", "-")
+    with app_server() as url:
+        env = _client_env(
+            home, url, _key(team, ["train"])
+        )  # the key "Train on your own machine" makes
+        uri = f"ul://acme/{project}/run1"
+        code, out, log = _run(home, env, "model", uri)
+        assert code == 0, log[-3000:]
+        assert out["task"] == "detect" and out["names"] == 80
+        saved = Path(out["path"])
+        # Kept where the client keeps a URI's download, under a name that changes with the weights.
+        assert saved.parts[-4:] == ("acme", project, "run1", f"best-{model.weights_sha256[:12]}.pt")
+        assert saved.read_bytes() == weights
+
+        code, out, log = _run(home, env, "train", uri, "ul://acme/datasets/coco8", timeout=600)
+        assert code == 0, log[-3000:]
+        assert Path(out["best"]).is_file()
+        assert out["data"].endswith("data.yaml") and "coco8-v1-" in out["data"]
