@@ -505,6 +505,10 @@ def test_the_client_converts_a_kestrel_dataset_and_fetches_it_again_once_changed
             second.parent / "labels" / "val"
         )
         assert any(r[1:] == pytest.approx([0.5, 0.5, 0.25, 0.25]) for r in rows)
+        # Its images were not downloaded again: the client linked them from its pool of
+        # content-addressed images (Kestrel's image URLs end in the sha256's first 32 digits).
+        inodes = {p.stat().st_ino for p in root.glob("images/*/*")}
+        assert {p.stat().st_ino for p in second.parent.glob("images/*/*")} == inodes
 
         # check_file itself (what `data=` resolves through): the NDJSON, named by its version.
         code, out, log = _run(home, env, "file", "ul://acme/datasets/coco8")
