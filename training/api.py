@@ -77,8 +77,9 @@ class JobOut(Schema):
     title: str
     workspace: str
     project_id: int
-    dataset_version_id: int
-    gpu_type_id: int
+    kind: str = Field(description="kestrel, or external: stock ultralytics on the user's machine.")
+    dataset_version_id: int | None = Field(description="Empty for an external run on local data.")
+    gpu_type_id: int | None = Field(description="Empty for an external run (the user's machine).")
     device: str
     task: str
     model: str

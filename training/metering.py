@@ -109,7 +109,9 @@ def meter(attempt_id: int, until: datetime) -> str | None:
     Returns why the job must stop (its budget cap, or credits run out), or None."""
     with transaction.atomic():
         attempt = (
-            TrainingAttempt.objects.select_for_update()
+            # Not the GPU type's row: it may be empty (an external job), and PostgreSQL locks
+            # no row on the nullable side of an outer join.
+            TrainingAttempt.objects.select_for_update(of=("self", "job", "job__workspace"))
             .select_related("job__gpu_type", "job__workspace")
             .get(pk=attempt_id)
         )

@@ -557,5 +557,8 @@ def test_pages_render_an_external_job(client, key, team, project):
     for url in pages:
         response = client.get(url)
         assert response.status_code == 200, url
+    api = client.get(f"/api/v1/training/jobs/{job.pk}")
+    assert api.status_code == 200, api.content
+    assert api.json()["kind"] == "external" and api.json()["gpu_type_id"] is None
     page = client.get(pages[0]).content.decode()
     assert "lab-box" in page and "not charged" in page and "coco8.yaml" in page
