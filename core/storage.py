@@ -34,6 +34,17 @@ def _write(out: BinaryIO, content: bytes | BinaryIO) -> None:
         shutil.copyfileobj(content, out, BLOCK)
 
 
+def _create(path: Path) -> int:
+    """Create `path` exclusively; its folder is made only when it is missing (an import stores
+    thousands of files in folders that mostly exist already: two system calls saved each)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o644)
+
+
 def storage_put(key: str, content: bytes | BinaryIO, *, replace: bool = False) -> bool:
     """Store `content` (bytes, or a file read from where it is, streamed) at exactly `key`;
     True if written. Without `replace`, an existing object stays (content-addressed keys hold
@@ -43,8 +54,8 @@ def storage_put(key: str, content: bytes | BinaryIO, *, replace: bool = False) -
     than storage.save(), which writes in chunks."""
     path = storage_local_path(key)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if replace:
+            path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
             try:
                 with open(tmp, "wb") as out:
@@ -54,11 +65,19 @@ def storage_put(key: str, content: bytes | BinaryIO, *, replace: bool = False) -
                 tmp.unlink(missing_ok=True)
             return True
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = _create(path)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as out:
-            _write(out, content)
+        if isinstance(content, bytes):
+            try:
+                view = memoryview(content)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        else:
+            with os.fdopen(fd, "wb") as out:
+                _write(out, content)
         return True
     if default_storage.exists(key):
         if not replace:

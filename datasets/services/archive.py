@@ -10,6 +10,7 @@ import stat
 import struct
 import tarfile
 import tempfile
+import threading
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -70,6 +71,9 @@ class Source:
     `_entries` (name -> Entry, in their natural order) and implement `read`."""
 
     _entries: dict[str, Entry]
+    # Whether two threads may read entries at once (a zip or a folder: yes; a tar's one stream,
+    # a video's decoder, uploaded files: no).
+    parallel_reads = False
 
     @property
     def entries(self) -> list[Entry]:
@@ -104,6 +108,7 @@ class _Counter:
     def __init__(self, limits: Limits):
         self.limits = limits
         self.total = 0
+        self._lock = threading.Lock()  # an import reads images and labels on two threads
 
     def read_all(self, stream: BinaryIO, name: str, compressed: int | None) -> bytes:
         return b"".join(self.chunks(stream, name, compressed))
@@ -122,7 +127,8 @@ class _Counter:
             if not chunk:
                 break
             size += len(chunk)
-            self.total += len(chunk)
+            with self._lock:
+                self.total += len(chunk)
             if size > self.limits.max_entry_bytes:
                 raise ArchiveError(
                     f"{name!r} inflates past {self.limits.max_entry_bytes // 2**20} MiB, the "
@@ -147,6 +153,10 @@ class _Counter:
 
 class Archive(Source):
     """A zip or tar (optionally gzip/bzip2/xz) opened for safe, entry-by-entry reading."""
+
+    @property
+    def parallel_reads(self) -> bool:
+        return self.kind == "zip"  # zipfile serialises its reads; a tar is one stream
 
     def __init__(self, fileobj: BinaryIO, limits: Limits | None = None):
         self.fileobj = fileobj
@@ -339,6 +349,7 @@ class FolderSource(Source):
     """A folder on the server's disk, read with the same rules as an archive (no links)."""
 
     kind = "folder"
+    parallel_reads = True
 
     def __init__(self, root, limits: Limits | None = None, *, only: str | None = None):
         """`only`: read just this one file of the folder (a single image), without listing it."""

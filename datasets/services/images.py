@@ -37,7 +37,7 @@ class ImageRejected(Exception):
     """The file is not an image we accept; the message is the report's reason."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # an import holds one for each image it has checked
 class CheckedImage:
     data: bytes
     sha256: str

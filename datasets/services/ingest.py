@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.leases import Lease, LeaseLost, LongJob, lease_take
-from core.storage import storage_put
+from core.storage import storage_is_local, storage_put
 from core.tasks import task_send
 from datasets.models import (
     Blob,
@@ -73,8 +73,16 @@ from workspaces.selectors import WorkspaceAccess
 logger = logging.getLogger(__name__)
 
 BATCH = 500
+# Archive reads: one system call per MiB, not per 8 KiB entry (each call gives up the GIL to
+# the check threads and waits to take it back).
+READ_BUFFER = 2**20
 # Checking decodes (CPU, GIL released) and storing writes (I/O): twice the cores keeps both busy.
 CHECK_THREADS = max(4, min(16, 2 * (os.cpu_count() or 2)))
+# From this many images on, checking runs in processes (starting them costs ~50 ms).
+PROCESS_MIN_IMAGES = 500
+CHECK_PROCESSES = max(1, min(16, os.cpu_count() or 1))
+BATCH_IMAGES, BATCH_BYTES = 64, 4 * 2**20  # in flight: 3 batches a process at most
+PREFETCH_AHEAD = 20_000
 PROGRESS_SECONDS = 0.5  # how often a running import says how far it is (one Redis write)
 MAX_REPORT_LINES = 1000
 MAX_NOTES = 50
@@ -211,6 +219,7 @@ class _Run:
         self.writer = _BlobWriter()  # stores bytes; its list is removed again on failure
         self.new_blob_ids: list[int] = []
         self.rows = _RowWriter(dataset)
+        self.prefetch: _Prefetch | None = None
 
     def _read_small(self, name: str, limit: int) -> bytes:
         size = self._sizes[name]
@@ -239,28 +248,38 @@ class _Run:
                 usable.append(entry.name)
             else:
                 self.skipped.append((entry.name, "unsupported file", SKIP_FILE))
-        existing = list(self.dataset.classes.order_by("index").values_list("name", flat=True))
-        parsed = detect_and_parse(
-            usable, self._read_small, task=self.dataset.task, classes=existing
-        )
-        self.skipped += parsed.skipped
-        self.skipped += getattr(self.source, "skipped", [])
-        with transaction.atomic():
-            report = self._write(parsed, existing)
-            report["seconds"] = round(time.monotonic() - started, 2)
-            full_report_save(self.imp.pk, report, self.skipped)
-            # The import's outcome commits with its rows, and only under this worker's lease:
-            # a worker that was given up on rolls back instead of importing a second time.
-            imported = report["images_imported"]
-            if not self.lease.finish(
-                ImportStatus.SUCCEEDED,
-                report=report,
-                format=report["format"],
-                error="",
-                progress_done=imported,
-                progress_total=imported,
-            ):
-                raise LeaseLost(f"import {self.imp.pk}: the lease is gone, its rows roll back")
+        if self.source.parallel_reads:
+            # Images are checked and stored while this thread reads the labels.
+            self.prefetch = _Prefetch(
+                self.source, [n for n in usable if looks_like_image(n)], self.writer
+            )
+        try:
+            existing = list(self.dataset.classes.order_by("index").values_list("name", flat=True))
+            parsed = detect_and_parse(
+                usable, self._read_small, task=self.dataset.task, classes=existing
+            )
+            self.skipped += parsed.skipped
+            self.skipped += getattr(self.source, "skipped", [])
+            with transaction.atomic():
+                report = self._write(parsed, existing)
+                self._unused_removed()
+                report["seconds"] = round(time.monotonic() - started, 2)
+                full_report_save(self.imp.pk, report, self.skipped)
+                # The import's outcome commits with its rows, and only under this worker's lease:
+                # a worker that was given up on rolls back instead of importing a second time.
+                imported = report["images_imported"]
+                if not self.lease.finish(
+                    ImportStatus.SUCCEEDED,
+                    report=report,
+                    format=report["format"],
+                    error="",
+                    progress_done=imported,
+                    progress_total=imported,
+                ):
+                    raise LeaseLost(f"import {self.imp.pk}: the lease is gone, its rows roll back")
+        finally:
+            if self.prefetch is not None:
+                self.prefetch.stop()
         return report
 
     def _class_map(self, parsed: Parsed, existing: list[str]) -> list[DatasetClass | None]:
@@ -299,7 +318,10 @@ class _Run:
         pending: list[tuple[ParsedImage, object]] = []
         duplicates = 0
         said = time.monotonic()
-        images = _checked_images(self.source.iter_read(order), self.writer)
+        if self.prefetch is not None:
+            images = self.prefetch.results(order)
+        else:
+            images = _checked_images(self.source.iter_read(order), self.writer, total=total)
         for i, (name, checked) in enumerate(images, 1):
             if isinstance(checked, str):
                 self.skipped.append((name, checked, SKIP_IMAGE))
@@ -391,6 +413,16 @@ class _Run:
                 continue
             out.append((cls, label.kind, label.data))
         return out
+
+    def _unused_removed(self) -> None:
+        """Bytes checked ahead for images the layout then left out (and no row has): removed."""
+        keys = {f"blobs/{sha[:2]}/{sha}" for sha in self.prefetch.unused()} if self.prefetch else ()
+        written = set(self.writer.written)
+        for key in keys:
+            sha = key.rsplit("/", 1)[-1]
+            if key in written and not Blob.objects.filter(sha256=sha).exists():
+                default_storage.delete(key)
+                self.writer.written.remove(key)
 
     def cleanup_failed(self) -> None:
         """After a rollback, remove bytes this import stored that no blob row names."""
@@ -576,10 +608,37 @@ def _check_one(item: tuple[str, bytes | EntryError], writer: "_BlobWriter") -> t
     return name, dataclasses.replace(checked, data=b"")  # bytes are stored: let them go
 
 
-def _checked_images(items: Iterator, writer: "_BlobWriter") -> Iterator[tuple]:
-    """Check and store images on a few threads (Pillow, hashlib and file writes release the
-    GIL), in order, with a bounded read-ahead so memory stays flat whatever the archive size.
-    Threads, not processes: Celery's worker processes may not start children."""
+def _checked_images(items: Iterator, writer: "_BlobWriter", *, total: int = 0) -> Iterator[tuple]:
+    """Check and store images, in order, with a bounded read-ahead so memory stays flat whatever
+    the archive size. A large import on local storage checks in processes (billiard's pool,
+    which Celery's worker processes may start, where the standard library's refuses): the
+    reading, label and row work of this thread then holds the GIL alone. Otherwise, threads
+    (Pillow, hashlib and file writes release the GIL)."""
+    pool = _check_pool() if total >= PROCESS_MIN_IMAGES and storage_is_local() else None
+    if pool is None:
+        yield from _checked_on_threads(items, writer)
+        return
+    window: deque = deque()
+    try:
+        for batch in _batches(items):
+            window.append(pool.apply_async(_check_batch, (batch,)))
+            if len(window) >= 3 * CHECK_PROCESSES:
+                yield from _batch_results(window.popleft(), writer)
+        while window:
+            yield from _batch_results(window.popleft(), writer)
+    finally:
+        # Stopped early (the import failed): the batches in flight are waited for, not killed
+        # mid-write, and what they stored is recorded, so the failed import removes it.
+        for pending in window:
+            try:
+                _batch_results(pending, writer)
+            except Exception:
+                logger.warning("a checking process failed", exc_info=True)
+        pool.close()
+        pool.join()
+
+
+def _checked_on_threads(items: Iterator, writer: "_BlobWriter") -> Iterator[tuple]:
     with ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
         window: deque = deque()
         for item in items:
@@ -588,6 +647,134 @@ def _checked_images(items: Iterator, writer: "_BlobWriter") -> Iterator[tuple]:
                 yield window.popleft().result()
         while window:
             yield window.popleft().result()
+
+
+class _Prefetch:
+    """Checks and stores a source's images on a thread of its own, in the source's order,
+    while the import's thread reads and parses the label files; `results` then hands them
+    over in the order the import writes them (the same order, less what the layout left
+    out). It runs at most PREFETCH_AHEAD images ahead of the import, so what it holds stays
+    small whatever the archive's size (no image bytes; about 300 bytes an image)."""
+
+    def __init__(self, source: Source, names: list[str], writer: "_BlobWriter"):
+        self._index = {name: i for i, name in enumerate(names)}
+        self._source, self._writer = source, writer
+        self._done: dict[str, object] = {}  # checked, not yet taken, in the source's order
+        self._unused: list[str] = []  # SHA-256 of images checked that the import passed over
+        self._cond = threading.Condition()
+        self._finished = False
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(source, names, writer), name="import-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, source: Source, names: list[str], writer: "_BlobWriter") -> None:
+        try:
+            checked = _checked_images(source.iter_read(names), writer, total=len(names))
+            for name, result in checked:
+                with self._cond:
+                    self._done[name] = result
+                    self._cond.notify_all()
+                    while len(self._done) >= PREFETCH_AHEAD and not self._stopping:
+                        self._cond.wait()
+                if self._stopping:
+                    checked.close()
+                    break
+        except BaseException as e:  # handed to the import's thread, which raises it
+            self._error = e
+        finally:
+            with self._cond:
+                self._finished = True
+                self._cond.notify_all()
+
+    def _passed_over(self, index: int) -> None:
+        """Images before `index` are never asked for: the layout left them out."""
+        while self._done:
+            first = next(iter(self._done))
+            if self._index[first] >= index:
+                break
+            result = self._done.pop(first)
+            if isinstance(result, CheckedImage):
+                self._unused.append(result.sha256)
+
+    def _take(self, name: str):
+        with self._cond:
+            self._passed_over(self._index[name])
+            self._cond.notify_all()
+            while name not in self._done:
+                if self._error is not None:
+                    raise self._error
+                if self._finished:
+                    raise RuntimeError(f"{name!r} was not checked")  # cannot happen
+                self._cond.wait()
+            result = self._done.pop(name)
+            self._cond.notify_all()
+            return result
+
+    def results(self, order: list[str]) -> Iterator[tuple]:
+        for name in order:
+            if name in self._index:
+                yield name, self._take(name)
+            else:  # the layout names as an image what is not one by its name: checked here
+                try:
+                    item = (name, self._source.read(name))
+                except EntryError as e:
+                    item = (name, e)
+                yield _check_one(item, self._writer)
+
+    def unused(self) -> list[str]:
+        """The SHA-256 of images checked ahead that the import did not take."""
+        with self._cond:
+            self._passed_over(len(self._index))
+            self._cond.notify_all()
+        self._thread.join()
+        with self._cond:
+            self._passed_over(len(self._index))
+        return self._unused
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+
+
+def _check_pool():
+    """A pool of checking processes, or None where this process cannot start one."""
+    import billiard
+
+    try:
+        return billiard.get_context("fork").Pool(CHECK_PROCESSES)
+    except (OSError, ValueError, AssertionError):
+        logger.warning("no checking processes here: checking on threads", exc_info=True)
+        return None
+
+
+def _batches(items: Iterator) -> Iterator[list]:
+    """Runs of entries for one process at a time: BATCH_IMAGES of them or BATCH_BYTES."""
+    batch, size = [], 0
+    for item in items:
+        batch.append(item)
+        size += len(item[1]) if isinstance(item[1], bytes) else 0
+        if len(batch) >= BATCH_IMAGES or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _check_batch(batch: list) -> tuple[list, list[str]]:
+    """In a checking process: each entry checked and stored; the keys it wrote."""
+    writer = _BlobWriter()
+    return [_check_one(item, writer) for item in batch], writer.written
+
+
+def _batch_results(pending, writer: "_BlobWriter") -> list:
+    results, written = pending.get()
+    writer.written += written
+    return results
 
 
 def _after_commit(dataset_id: int, blob_ids: list[int]) -> None:
@@ -720,7 +907,7 @@ def dataset_import_path(
         elif looks_like_image(path.name) or is_video(path.name):
             source = FolderSource(path.parent, limits, only=path.name)
         else:
-            source = Archive(path.open("rb"), limits)
+            source = Archive(path.open("rb", buffering=READ_BUFFER), limits)
         source = _with_videos(source, imp)
     except ArchiveError as e:
         lease.finish(ImportStatus.FAILED, error=str(e))
