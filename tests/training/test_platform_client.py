@@ -126,7 +126,7 @@ def test_a_stock_run_is_an_external_job_with_its_model(tmp_path, team, birds, ke
     assert model.task == "detect" and len(model.class_names) == 80
     second = TrainingJob.objects.get(project=birds, name="run1-2")
     assert second.state == JobState.SUCCEEDED and second.epochs_done == 1
-    assert "run1-2" in output  # the client's link names the job it became
+    assert f"/jobs/{second.pk}/" in output  # the client's link is the job it became
 
 
 class Run:
