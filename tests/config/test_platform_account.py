@@ -117,7 +117,17 @@ def _client_env(config_dir: Path, url: str) -> dict:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "GITHUB_WORKFLOW", "RUNNER_OS"}
+        if k
+        not in {
+            "PYTEST_CURRENT_TEST",
+            "CI",
+            "GITHUB_ACTIONS",
+            "GITHUB_WORKFLOW",
+            "RUNNER_OS",
+            "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
+            "ULTRALYTICS_SAFE_LOAD",
+            "YOLO_VERBOSE",
+        }
         and not k.startswith("ULTRALYTICS_")
     }
     fonts = config_dir / "Ultralytics"

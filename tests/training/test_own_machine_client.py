@@ -45,7 +45,15 @@ def _machine_env(home: Path, exports: str) -> dict:
     """A person's machine: not under pytest or CI (the client turns itself off there), offline
     for anything but Kestrel, the fonts Ultralytics would download laid in; and the page's
     `export` lines, read as a shell reads them."""
-    dropped = {"PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "PYTEST_XDIST_WORKER"}
+    dropped = {
+        "PYTEST_CURRENT_TEST",
+        "CI",
+        "GITHUB_ACTIONS",
+        "PYTEST_XDIST_WORKER",
+        "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
+        "ULTRALYTICS_SAFE_LOAD",
+        "YOLO_VERBOSE",
+    }
     env = {
         k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("ULTRALYTICS")
     }

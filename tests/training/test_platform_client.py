@@ -32,7 +32,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def _client_env(home: Path, url: str, key: str) -> dict:
     """A person's machine: not under pytest or CI (the client turns itself off there), offline
     for anything but Kestrel, the fonts Ultralytics would download laid in."""
-    dropped = ("PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "PYTEST_XDIST_WORKER")
+    dropped = (
+        "PYTEST_CURRENT_TEST",
+        "CI",
+        "GITHUB_ACTIONS",
+        "PYTEST_XDIST_WORKER",
+        "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
+        "ULTRALYTICS_SAFE_LOAD",
+        "YOLO_VERBOSE",
+    )
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     fonts = home / "config" / "Ultralytics"
     fonts.mkdir(parents=True, exist_ok=True)

@@ -395,7 +395,15 @@ print("RESULT " + json.dumps(out))
 def _client_env(home: Path, url: str, key: str) -> dict:
     """The environment of a person's own machine: not under pytest or CI (the client turns
     itself off there), offline for anything but Kestrel, the fonts it would download laid in."""
-    dropped = ("PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "PYTEST_XDIST_WORKER")
+    dropped = (
+        "PYTEST_CURRENT_TEST",
+        "CI",
+        "GITHUB_ACTIONS",
+        "PYTEST_XDIST_WORKER",
+        "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
+        "ULTRALYTICS_SAFE_LOAD",
+        "YOLO_VERBOSE",
+    )
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     config = home / "config"
     fonts = config / "Ultralytics"
