@@ -26,6 +26,16 @@ def _predict(client, model, **params):
         return client.post(f"/api/v1/models/{model.pk}/predict", {"file": f, **params})
 
 
+def _iou(a: dict, b: dict) -> float:
+    w = max(0.0, min(a["x2"], b["x2"]) - max(a["x1"], b["x1"]))
+    h = max(0.0, min(a["y2"], b["y2"]) - max(a["y1"], b["y1"]))
+    inter = w * h
+    union = (
+        (a["x2"] - a["x1"]) * (a["y2"] - a["y1"]) + (b["x2"] - b["x1"]) * (b["y2"] - b["y1"]) - inter
+    )
+    return inter / union if union > 0 else 0.0
+
+
 def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     team, confident_yolo_models, inference_server, settings
 ):
@@ -60,9 +70,17 @@ def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     response = _predict(client, model, conf="0.25", imgsz="320")
     assert response.status_code == 200, response.content
     onnx_results = response.json()["images"][0]["results"]
-    # The same boxes, up to float differences between runtimes at the threshold's edge.
-    assert abs(len(onnx_results) - len(image["results"])) <= max(2, len(image["results"]) // 50)
-    assert {r["class"] for r in onnx_results} == {r["class"] for r in image["results"]}
+    # The same boxes, up to float differences between runtimes. This model is equally sure of
+    # hundreds of overlapping boxes, so which of two tied boxes survives NMS depends on float
+    # noise: the counts may differ by a few percent, but every box either runtime keeps is
+    # one the other keeps or suppressed in its favour (an IoU over NMS's 0.7 with a kept box).
+    pt_results = image["results"]
+    assert abs(len(onnx_results) - len(pt_results)) <= max(2, len(pt_results) // 20)
+    assert {r["class"] for r in onnx_results} == {r["class"] for r in pt_results}
+    for ours, theirs in ((onnx_results, pt_results), (pt_results, onnx_results)):
+        for result in ours:
+            best = max(_iou(result["box"], other["box"]) for other in theirs)
+            assert best >= 0.6, (result, best)
     stats = httpx.get(
         f"{inference_server.url}/stats", headers=inference_server.auth("stats")
     ).json()
