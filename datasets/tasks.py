@@ -45,8 +45,9 @@ def health_run_task(dataset_id: int, **kwargs) -> None:
 def blobs_collect_garbage_task(**kwargs) -> int:
     _log_unexpected("datasets.blobs_collect_garbage", kwargs)
     from datasets.services.datasets import blobs_collect_garbage
+    from datasets.services.import_report import import_reports_collect_garbage
 
-    return blobs_collect_garbage()
+    return blobs_collect_garbage() + import_reports_collect_garbage()
 
 
 @shared_task(

@@ -306,16 +306,23 @@ def pixel_findings(images: list[tuple], decoded: dict[int, DecodeResult]) -> lis
             )
         )
 
-    hashes = {row[0]: decoded[row[4]].phash for row in images if decoded[row[4]].phash is not None}
-    split_of = {row[0]: row[2] for row in images}
-    groups = _groups(hashes, near_duplicate_pairs(hashes, NEAR_DUPLICATE_DISTANCE))
+    # Grouped by blob: images sharing one (byte-identical copies) are health_duplicates'
+    # finding, so a group here needs two different files, and crosses splits only where two
+    # different files do.
+    hashes = {row[4]: decoded[row[4]].phash for row in images if decoded[row[4]].phash is not None}
+    images_of: dict[int, list[int]] = defaultdict(list)
+    splits_of: dict[int, set] = defaultdict(set)
+    for row in images:
+        images_of[row[4]].append(row[0])
+        splits_of[row[4]].add(row[2])
+    held_out = {Split.VAL, Split.TEST}
     leaked, near = [], []
-    for group in groups:
-        splits = {split_of[i] for i in group}
-        if Split.TRAIN in splits and splits & {Split.VAL, Split.TEST}:
-            leaked.append(group)
-        else:
-            near.append(group)
+    for blobs in _groups(hashes, near_duplicate_pairs(hashes, NEAR_DUPLICATE_DISTANCE)):
+        trained = {b for b in blobs if Split.TRAIN in splits_of[b]}
+        validated = {b for b in blobs if splits_of[b] & held_out}
+        crosses = trained and validated and (len(trained) > 1 or validated != trained)
+        group = sorted(i for b in blobs for i in images_of[b])
+        (leaked if crosses else near).append(group)
     if leaked:
         ids = [i for g in leaked for i in g]
         findings.append(

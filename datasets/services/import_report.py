@@ -87,8 +87,31 @@ def warning_for(*, images_imported: int, labels_imported: int, found: int) -> st
     return ""
 
 
+REPORTS_DIR = "reports/imports"
+
+
 def report_key(import_id: int) -> str:
-    return f"reports/imports/{import_id}.json"
+    return f"{REPORTS_DIR}/{import_id}.json"
+
+
+def import_reports_collect_garbage() -> int:
+    """Delete the kept reports of imports that are gone (with their dataset or workspace).
+    Returns how many. Run by the periodic garbage collection, beside the blobs'."""
+    from datasets.models import Import
+
+    try:
+        _, names = default_storage.listdir(REPORTS_DIR)
+    except FileNotFoundError:
+        return 0
+    ids = {int(name[:-5]): name for name in names if name.endswith(".json") and name[:-5].isdigit()}
+    keys, alive = list(ids), set()
+    for start in range(0, len(keys), 1000):
+        wanted = keys[start : start + 1000]
+        alive.update(Import.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    gone = [ids[pk] for pk in ids if pk not in alive]
+    for name in gone:
+        default_storage.delete(f"{REPORTS_DIR}/{name}")
+    return len(gone)
 
 
 def full_report_save(import_id: int, report: dict, skipped: list[tuple[str, str, str]]) -> None:

@@ -217,6 +217,25 @@ def test_the_same_picture_in_train_and_val_is_leakage():
     assert Kind.NEAR_DUPLICATE not in found
 
 
+def test_byte_copies_are_reported_once_as_copies_not_again_as_near_duplicates():
+    dataset, cls = healthy_dataset()
+    photo = (COCO8 / "images" / "train" / "000000000034.jpg").read_bytes()
+    copies = [add_image(dataset, photo, split=split) for split in ("train", "train", "val")]
+
+    found = by_kind(health_run(dataset=dataset))
+    assert sorted(found["exact_leakage"].image_ids) == sorted(i.pk for i in copies)
+    assert Kind.LEAKAGE not in found and Kind.NEAR_DUPLICATE not in found
+
+    # A re-encoded copy in val: two different files cross the splits, and that is said.
+    Image.objects.filter(pk=copies[2].pk).delete()
+    near = add_image(dataset, reencode(photo, quality=70), split="val")
+    found = by_kind(health_run(dataset=dataset))
+    assert sorted(found["exact_copy"].image_ids) == sorted(i.pk for i in copies[:2])
+    assert sorted(found[Kind.LEAKAGE].image_ids) == sorted([copies[0].pk, copies[1].pk, near.pk])
+    assert "train and val/test share 1 picture" in found[Kind.LEAKAGE].message
+    assert Kind.NEAR_DUPLICATE not in found
+
+
 def test_labels_outside_the_image_are_errors_with_a_tolerance_at_the_edge():
     dataset, cls = healthy_dataset()
     image = add_image(dataset, (COCO8 / "images/val/000000000042.jpg").read_bytes())

@@ -148,3 +148,21 @@ def test_the_command_prints_what_was_not_imported_and_fails_when_no_label_was(te
     said = err.getvalue()
     assert "Warning: Images were imported, but none" in said
     assert "Not imported:\n  Label files not read: 1\n" in said
+
+
+def test_a_deleted_datasets_import_reports_are_collected_with_its_blobs(team, tmp_path):
+    from django.core.files.storage import default_storage
+
+    from datasets.models import Dataset
+    from datasets.services.import_report import report_key
+    from datasets.tasks import blobs_collect_garbage_task
+
+    kept = _import(team, {"k.jpg": jpeg_bytes(color=(31, 41, 59))}, tmp_path, name="KeptReports")
+    gone = _import(team, {"g.jpg": jpeg_bytes(color=(26, 53, 58))}, tmp_path, name="GoneReports")
+    assert default_storage.exists(report_key(kept.pk))
+    assert default_storage.exists(report_key(gone.pk))
+    Dataset.objects.filter(pk=gone.dataset_id).delete()
+
+    assert blobs_collect_garbage_task() >= 2  # the dataset's blob and its import's report
+    assert not default_storage.exists(report_key(gone.pk))
+    assert default_storage.exists(report_key(kept.pk))
