@@ -5,6 +5,7 @@ can tell from an imported JPEG which frame of the video it is.
 """
 
 import io
+import json
 import threading
 import time
 import zipfile
@@ -315,3 +316,28 @@ def test_the_uploader_and_the_api_send_the_rate(client, team, tmp_path):
         )
     assert response.status_code == 201, response.content
     assert Import.objects.get(pk=response.json()["import_id"]).video_fps == 2.0
+
+
+@pytest.mark.django_db
+def test_manage_py_dataset_import_samples_videos_at_the_rate_given(team, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    video = make_video(tmp_path / "cli.mp4", seconds=2.0)
+    out = io.StringIO()
+    call_command(
+        "dataset_import",
+        str(video),
+        workspace="acme",
+        name="From the shell",
+        video_fps="2",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    imp = Import.objects.get(pk=json.loads(out.getvalue())["import"])
+    assert imp.video_fps == 2.0
+    assert sorted(_frames(imp.dataset)) == [f"cli_{ms}.jpg" for ms in (0, 1000, 1500, 500)]
+
+    with pytest.raises(CommandError, match="must be from"):
+        call_command("dataset_import", str(video), workspace="acme", name="X", video_fps="1000")
+    with pytest.raises(CommandError, match="must be a number"):
+        call_command("dataset_import", str(video), workspace="acme", name="X", video_fps="fast")

@@ -3,9 +3,11 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core.errors import ServiceError
 from datasets.models import Dataset, ImportStatus, Task
 from datasets.services.datasets import dataset_create
 from datasets.services.ingest import dataset_import_path
+from datasets.services.video import video_fps_check
 from workspaces.models import Membership, Role
 from workspaces.selectors import workspace_access_for_user
 
@@ -21,8 +23,19 @@ class Command(BaseCommand):
         parser.add_argument("--workspace", required=True, help="workspace slug")
         parser.add_argument("--name", required=True, help="dataset name")
         parser.add_argument("--task", choices=Task.values, default=Task.DETECT)
+        parser.add_argument(
+            "--video-fps",
+            default=None,
+            help="frames per second sampled from videos (default 1)",
+        )
 
-    def handle(self, *args, path: Path, workspace: str, name: str, task: str, **options):
+    def handle(
+        self, *args, path: Path, workspace: str, name: str, task: str, video_fps=None, **options
+    ):
+        try:
+            video_fps = video_fps_check(video_fps)
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from None
         owner = (
             Membership.objects.filter(workspace__slug=workspace, role=Role.OWNER)
             .select_related("user")
@@ -35,7 +48,7 @@ class Command(BaseCommand):
         dataset = Dataset.objects.for_workspace(access.workspace).filter(name__iexact=name).first()
         if dataset is None:
             dataset = dataset_create(access=access, name=name, task=task)
-        imp = dataset_import_path(access=access, dataset=dataset, path=path)
+        imp = dataset_import_path(access=access, dataset=dataset, path=path, video_fps=video_fps)
         out = {
             "dataset": dataset.pk,
             "import": imp.pk,
