@@ -47,6 +47,11 @@ class Blob(models.Model):
 
     @property
     def thumbnail_key(self) -> str:
+        return f"thumbs/{self.sha256[:2]}/{self.sha256}.jpg"
+
+    @property
+    def thumbnail_key_webp(self) -> str:
+        """Where thumbnails were kept before they were JPEG (migration 0009 has them remade)."""
         return f"thumbs/{self.sha256[:2]}/{self.sha256}.webp"
 
 

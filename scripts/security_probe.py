@@ -300,7 +300,7 @@ class Probe:
             served = s.get(f"{dw}/images/{i}/file/")
             if served.status == 200:
                 sha = hashlib.sha256(served.body).hexdigest()
-                account.files += [f"blobs/{sha[:2]}/{sha}", f"thumbs/{sha[:2]}/{sha}.webp"]
+                account.files += [f"blobs/{sha[:2]}/{sha}", f"thumbs/{sha[:2]}/{sha}.jpg"]
         version = s.post_json(f"/api/v1/datasets/{d}/versions", {"note": "probe"})
         if version.status == 201:
             n = json.loads(version.body)["number"]

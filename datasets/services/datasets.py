@@ -127,7 +127,7 @@ def blobs_collect_garbage() -> int:
             if locked is None:
                 continue
             locked.delete()
-            keys = [locked.storage_key, locked.thumbnail_key]
+            keys = [locked.storage_key, locked.thumbnail_key, locked.thumbnail_key_webp]
             transaction.on_commit(lambda keys=keys: [default_storage.delete(k) for k in keys])
             deleted += 1
     return deleted

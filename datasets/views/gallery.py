@@ -119,16 +119,16 @@ def _image_file(request, image: Image) -> HttpResponse:
 
 
 def _image_thumb(request, image: Image) -> HttpResponse:
-    """The WebP thumbnail; until it is made, a tiny grey placeholder that no one caches."""
+    """The JPEG thumbnail; until it is made, a tiny grey placeholder that no one caches."""
     blob = image.blob
     if blob.has_thumbnail:
         try:
             return _serve(
                 request,
                 key=blob.thumbnail_key,
-                content_type="image/webp",
-                etag=f'"{blob.sha256}-t{settings.DATASET_THUMBNAIL_PX}"',
-                filename=f"image-{image.pk}-thumb.webp",
+                content_type="image/jpeg",
+                etag=f'"{blob.sha256}-t{settings.DATASET_THUMBNAIL_PX}j"',
+                filename=f"image-{image.pk}-thumb.jpg",
             )
         except Http404:
             pass  # its file is gone: the placeholder until it is made again

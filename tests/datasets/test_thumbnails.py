@@ -1,4 +1,4 @@
-"""Thumbnails: real WebP bytes at the blob's thumbnail key, at most 256 px, made once."""
+"""Thumbnails: real JPEG bytes at the blob's thumbnail key, at most 256 px, made once."""
 
 import io
 import logging
@@ -30,13 +30,13 @@ def jpeg_bytes(width: int = 640, height: int = 480, seed: int = 0) -> bytes:
 def stored_thumbnail(blob: Blob) -> PILImage.Image:
     with default_storage.open(blob.thumbnail_key, "rb") as f:
         data = f.read()
-    assert data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    assert data[:3] == b"\xff\xd8\xff"
     img = PILImage.open(io.BytesIO(data))
     img.load()
     return img
 
 
-def test_makes_webp_thumbnails_at_most_256px_keeping_the_aspect_ratio():
+def test_makes_jpeg_thumbnails_at_most_256px_keeping_the_aspect_ratio():
     wide = blob_for(jpeg_bytes(640, 480), "image/jpeg")
     tall = blob_for(png_bytes(300, 1200), "image/png")
     small = blob_for(png_bytes(64, 48, color=(1, 2, 3)), "image/png")
@@ -48,7 +48,7 @@ def test_makes_webp_thumbnails_at_most_256px_keeping_the_aspect_ratio():
         blob.refresh_from_db()
         assert blob.has_thumbnail
         img = stored_thumbnail(blob)
-        assert img.format == "WEBP"
+        assert img.format == "JPEG" and img.mode == "RGB"
         sizes[blob.pk] = img.size
     assert sizes[wide.pk] == (256, 192)
     assert sizes[tall.pk] == (64, 256)
@@ -73,7 +73,7 @@ def test_is_idempotent_and_replaces_whatever_sits_at_the_key():
 
     assert stored_thumbnail(blob).size == (256, 192)
     _, names = default_storage.listdir(blob.thumbnail_key.rsplit("/", 1)[0])
-    assert [n for n in names if n.startswith(blob.sha256)] == [f"{blob.sha256}.webp"]
+    assert [n for n in names if n.startswith(blob.sha256)] == [f"{blob.sha256}.jpg"]
 
 
 def test_one_bad_blob_does_not_stop_the_others(caplog):
@@ -103,7 +103,7 @@ def test_the_celery_task_makes_them():
 
 
 @pytest.mark.parametrize("mode", ["L", "LA", "P", "CMYK", "I;16", "RGBA"])
-def test_any_stored_mode_becomes_a_webp(mode):
+def test_any_stored_mode_becomes_a_jpeg(mode):
     img = PILImage.new(mode, (400, 300))
     out = io.BytesIO()
     img.save(out, format="TIFF" if mode in ("CMYK", "I;16") else "PNG")
@@ -115,3 +115,29 @@ def test_any_stored_mode_becomes_a_webp(mode):
 def test_placeholder_is_a_webp():
     img = PILImage.open(io.BytesIO(thumbnail_placeholder()))
     assert img.format == "WEBP"
+
+
+
+def test_thumbnails_made_as_webp_before_are_made_again_as_jpeg_and_collected_with_the_blob(
+    django_capture_on_commit_callbacks,
+):
+    import importlib
+
+    from django.apps import apps
+
+    from datasets.services.datasets import blobs_collect_garbage
+
+    blob = blob_for(jpeg_bytes(seed=11), "image/jpeg")
+    default_storage.save(blob.thumbnail_key_webp, ContentFile(b"RIFF....WEBP"))
+    Blob.objects.filter(pk=blob.pk).update(has_thumbnail=True)
+    migration = importlib.import_module("datasets.migrations.0009_thumbnails_jpeg")
+    migration.thumbnails_remade(apps, None)
+    assert not Blob.objects.get(pk=blob.pk).has_thumbnail
+    assert thumbnails_make(blob_ids=[blob.pk]) == 1
+    assert stored_thumbnail(blob).size == (256, 192)
+
+    # No image refers to the blob: its bytes and both thumbnails go with it.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert blobs_collect_garbage() >= 1
+    for key in (blob.storage_key, blob.thumbnail_key, blob.thumbnail_key_webp):
+        assert not default_storage.exists(key), key
