@@ -117,7 +117,6 @@ def test_placeholder_is_a_webp():
     assert img.format == "WEBP"
 
 
-
 def test_thumbnails_made_as_webp_before_are_made_again_as_jpeg_and_collected_with_the_blob(
     django_capture_on_commit_callbacks,
 ):

@@ -30,9 +30,9 @@ def _iou(a: dict, b: dict) -> float:
     w = max(0.0, min(a["x2"], b["x2"]) - max(a["x1"], b["x1"]))
     h = max(0.0, min(a["y2"], b["y2"]) - max(a["y1"], b["y1"]))
     inter = w * h
-    union = (
-        (a["x2"] - a["x1"]) * (a["y2"] - a["y1"]) + (b["x2"] - b["x1"]) * (b["y2"] - b["y1"]) - inter
-    )
+    area_a = (a["x2"] - a["x1"]) * (a["y2"] - a["y1"])
+    area_b = (b["x2"] - b["x1"]) * (b["y2"] - b["y1"])
+    union = area_a + area_b - inter
     return inter / union if union > 0 else 0.0
 
 
