@@ -90,6 +90,7 @@ class Log(_Data):
 
 class Gpu(_Data):
     util_percent: Number | None = None
+    memory_percent: Number | None = None  # what a stock client sends (issue 20)
     memory_used_gb: Number | None = None
     memory_total_gb: Number | None = None
     temperature_c: Number | None = None

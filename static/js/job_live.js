@@ -517,8 +517,11 @@
       "disk " + fixed(latest.disk_percent, 0) + " %",
     ];
     (latest.gpus || []).forEach(function (g, i) {
-      parts.push("GPU " + i + ": " + fixed(g.util_percent, 0) + " %, " + fixed(g.memory_used_gb, 1) + " / " +
-        fixed(g.memory_total_gb, 0) + " GB, " + fixed(g.temperature_c, 0) + " °C, " + fixed(g.power_w, 0) + " W");
+      var memory = typeof g.memory_used_gb === "number" || typeof g.memory_percent !== "number"
+        ? fixed(g.memory_used_gb, 1) + " / " + fixed(g.memory_total_gb, 0) + " GB"
+        : "memory " + fixed(g.memory_percent, 0) + " %";
+      parts.push("GPU " + i + ": " + fixed(g.util_percent, 0) + " %, " + memory + ", " +
+        fixed(g.temperature_c, 0) + " °C, " + fixed(g.power_w, 0) + " W");
     });
     setText(testid("system-latest"), "Now: " + parts.join(" · "));
     if (!chartAvailable()) return;

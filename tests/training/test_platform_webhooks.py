@@ -258,6 +258,28 @@ def test_a_second_run_of_the_same_name_gets_the_next_free_one(client, key, proje
     assert second["modelId"] != first["modelId"]
 
 
+def test_gpu_memory_sent_as_a_percentage_is_kept_in_gigabytes(client, key, project):
+    data = started_data()
+    data["device"] = "0"
+    data["environment"] |= {"gpuType": "NVIDIA H200, 143771MiB", "gpuCount": 1}
+    response = send(client, key, "training_started", data, project="acme/bird-watch", name="gpu")
+    model_id = response.json()["modelId"]
+    sample = epoch_data(0)
+    sample["system"]["gpus"] = {"0": {"usage": 97.0, "memory": 25.0, "temp": 70, "power": 285}}
+    assert send(client, key, "epoch_end", sample, modelId=model_id).status_code == 200
+    job = TrainingJob.objects.get(pk=model_id)
+    assert job.device == "lab-box: NVIDIA H200, 143771MiB (0)"
+    (gpu,) = SystemSample.objects.get(job=job, seq=2).values["gpus"]
+    assert gpu == {
+        "util_percent": 97.0,
+        "memory_percent": 25.0,
+        "memory_total_gb": 140.4,
+        "memory_used_gb": 35.1,
+        "temperature_c": 70.0,
+        "power_w": 285.0,
+    }
+
+
 def test_training_started_sent_again_is_the_same_job(client, key, project):
     """The client retries training_started when an answer is lost: one job, not two."""
     first, again = start(client, key), start(client, key)

@@ -282,6 +282,18 @@ def _metrics(raw: dict) -> dict[str, float]:
     return {k: v for k, v in numbers if v is not None}
 
 
+_GPU_MEMORY = re.compile(r",\s*(\d{1,9})MiB\s*$")
+
+
+def _gpu_memory_gb(job: TrainingJob) -> float | None:
+    """The GPU's memory from the client's environment (ultralytics' get_gpu_info: "NVIDIA
+    H200, 143771MiB"); the client reports the first training GPU's, and GPUs of one run are
+    one kind."""
+    environment = (job.client_info or {}).get("environment") or {}
+    match = _GPU_MEMORY.search(str(environment.get("gpuType") or ""))
+    return round(int(match.group(1)) / 1024, 1) if match else None
+
+
 def _system_keep(job: TrainingJob, attempt: int, system, *, seq: int) -> None:
     """The client's SystemLogger sample in the shape of Kestrel's (event_schema.System)."""
     if not isinstance(system, dict):
@@ -297,6 +309,7 @@ def _system_keep(job: TrainingJob, attempt: int, system, *, seq: int) -> None:
             values["disk_percent"] = round(100 * used / total, 1)
     gpus = []
     raw_gpus = system.get("gpus") if isinstance(system.get("gpus"), dict) else {}
+    total_gb = _gpu_memory_gb(job)
     for _, gpu in sorted(raw_gpus.items())[:64]:
         if not isinstance(gpu, dict):
             continue
@@ -304,11 +317,16 @@ def _system_keep(job: TrainingJob, attempt: int, system, *, seq: int) -> None:
             ours: number
             for ours, theirs in (
                 ("util_percent", "usage"),
+                ("memory_percent", "memory"),
                 ("temperature_c", "temp"),
                 ("power_w", "power"),
             )
             if (number := _number(gpu.get(theirs))) is not None
         }
+        # The client sends memory as a percentage; its environment names each GPU's size.
+        if total_gb and "memory_percent" in row:
+            row["memory_total_gb"] = total_gb
+            row["memory_used_gb"] = round(total_gb * row["memory_percent"] / 100, 2)
         gpus.append(row)
     if gpus:
         values["gpus"] = gpus
