@@ -1,5 +1,5 @@
 """Gallery speed on a large dataset: p50/p95 of the gallery page, its query count and the count
-it shows, for each filter.
+it shows, for each filter; then the dataset's page and the editor, which count it too.
 
 Generates a dataset of N images (rows only; one box label each, of class i % 5; every fifth
 image in val), then requests gallery pages at keyset positions spread over the whole dataset,
@@ -221,6 +221,33 @@ def main() -> None:
         print(
             f"gallery {label:<11} n={len(times)}  p50 {statistics.median(times):6.1f} ms  "
             f"p95 {p95:6.1f} ms  queries per page {sorted(queries)}  shows {sorted(totals)}"
+        )
+
+    # The pages around the gallery that count the dataset too: the dataset's own page and the
+    # editor (its position in the queue, its class list with label totals).
+    detail = reverse("dataset_detail", kwargs={"ws_slug": slug, "pk": dataset.pk})
+    pages = {"dataset page": [detail] * min(args.requests, 20)}
+    for label, extra in (("editor", ""), ("editor class", f"?class={first_cls}")):
+        pages[label] = [
+            reverse("image_annotate", kwargs={"ws_slug": slug, "pk": dataset.pk, "image_pk": pk})
+            + extra
+            for pk in positions
+        ]
+    for label, urls in pages.items():
+        client.get(urls[0])  # warm up
+        times, queries = [], set()
+        for page_url in urls:
+            with CaptureQueriesContext(connection) as ctx:
+                t = time.perf_counter()
+                response = client.get(page_url)
+                times.append((time.perf_counter() - t) * 1000)
+            assert response.status_code == 200, (page_url, response.status_code)
+            queries.add(len(ctx.captured_queries))
+        times.sort()
+        p95 = times[max(0, int(len(times) * 0.95) - 1)]
+        print(
+            f"{label:<19} n={len(times)}  p50 {statistics.median(times):6.1f} ms  "
+            f"p95 {p95:6.1f} ms  queries per page {sorted(queries)}"
         )
 
 

@@ -213,6 +213,9 @@ class ImageCount:
     exact: bool
     more_than: bool = False  # value is how many were counted, and there are more
 
+    def __str__(self) -> str:
+        return self.text
+
     @property
     def text(self) -> str:
         """What the page says: 1,234; about 1,200,000 (two significant figures); more than

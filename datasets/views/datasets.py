@@ -7,6 +7,7 @@ from core.errors import ServiceError
 from core.http import page_of
 from datasets import selectors
 from datasets.forms import DatasetCreateForm, DatasetEditForm
+from datasets.selectors import counts
 from datasets.selectors.labelling import labelling_progress
 from datasets.services import datasets as services
 from workspaces.decorators import workspace_view
@@ -45,16 +46,16 @@ def dataset_create(request, access: WorkspaceAccess) -> HttpResponse:
 @workspace_view(Perm.READ)
 def dataset_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
-    splits = services.dataset_split_counts(dataset=dataset)
     return render(
         request,
         "datasets/dataset_detail.html",
         {
             "access": access,
             "dataset": dataset,
-            "classes": services.dataset_class_counts(dataset=dataset),
-            "splits": splits,
-            "image_total": sum(splits.values()),
+            # Exact up to a thousand, estimated past it (a million images took 0.6 s to count).
+            "classes": counts.class_label_counts(dataset=dataset),
+            "splits": counts.split_counts(dataset=dataset),
+            "image_total": counts.dataset_image_count(dataset=dataset),
             "imports": selectors.import_list(dataset=dataset)[:5],
             "progress": labelling_progress(dataset=dataset),
         },

@@ -45,8 +45,14 @@ def test_detail_shows_splits_and_class_counts(team, client):
         LabelFactory(image=ImageFactory(dataset=dataset, split=split), dataset_class=bird)
     client.force_login(team.viewer)
     page = client.get(reverse("dataset_detail", kwargs={"ws_slug": "acme", "pk": dataset.pk}))
-    assert page.context["splits"] == {"train": 2, "val": 1}
+    splits = page.context["splits"]
+    assert {split: (n.value, n.exact) for split, n in splits.items()} == {
+        "train": (2, True),
+        "val": (1, True),
+    }
     assert page.context["classes"][0].label_total == 3
+    assert page.context["image_total"].text == "3"
+    assert b"<dt>train</dt><dd>2</dd><dt>val</dt><dd>1</dd>" in page.content
     assert b"/edit/" not in page.content  # viewers get no edit button
 
 

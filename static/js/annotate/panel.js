@@ -85,7 +85,7 @@ export class Panel {
       const pick = document.createElement("button");
       pick.type = "button";
       pick.className = "class-pick";
-      pick.title = `${c.name}: ${c.count} label${c.count === 1 ? "" : "s"} in the dataset when this page opened`;
+      pick.title = `${c.name}: ${c.count_text ?? c.count} label${c.count === 1 ? "" : "s"} in the dataset when this page opened`;
       const swatch = document.createElement("span");
       swatch.className = "swatch";
       swatch.style.background = c.color;
