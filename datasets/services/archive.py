@@ -34,7 +34,9 @@ class EntryError(Exception):
 class Limits:
     # COCO's train2017 in YOLO layout is 118,287 images and 117,266 label files: 235,553 entries.
     max_entries: int = 500_000
-    max_entry_bytes: int = 256 * 1024 * 1024  # one inflated file
+    # One inflated file read into memory (an image, a label file); a video is copied to a temp
+    # file instead, held to max_total_bytes.
+    max_entry_bytes: int = 256 * 1024 * 1024
     max_total_bytes: int = 8 * 1024 * 1024 * 1024  # all inflated files
     max_ratio: int = 200  # inflated / compressed, for entries over 1 MiB inflated
 
@@ -114,13 +116,18 @@ class _Counter:
         return b"".join(self.chunks(stream, name, compressed))
 
     def copy(self, stream: BinaryIO, out: BinaryIO, name: str, compressed: int | None) -> int:
+        """Into a file, never held in memory: one entry (a video) may be as large as the
+        archive's whole limit."""
         size = 0
-        for chunk in self.chunks(stream, name, compressed):
+        for chunk in self.chunks(stream, name, compressed, max_bytes=self.limits.max_total_bytes):
             out.write(chunk)
             size += len(chunk)
         return size
 
-    def chunks(self, stream: BinaryIO, name: str, compressed: int | None) -> Iterator[bytes]:
+    def chunks(
+        self, stream: BinaryIO, name: str, compressed: int | None, *, max_bytes: int | None = None
+    ) -> Iterator[bytes]:
+        limit = self.limits.max_entry_bytes if max_bytes is None else max_bytes
         size = 0
         while True:
             chunk = stream.read(READ_CHUNK)
@@ -129,9 +136,9 @@ class _Counter:
             size += len(chunk)
             with self._lock:
                 self.total += len(chunk)
-            if size > self.limits.max_entry_bytes:
+            if size > limit:
                 raise ArchiveError(
-                    f"{name!r} inflates past {self.limits.max_entry_bytes // 2**20} MiB, the "
+                    f"{name!r} inflates past {limit // 2**20} MiB, the "
                     "limit for one file; nothing was imported."
                 )
             if self.total > self.limits.max_total_bytes:

@@ -19,7 +19,7 @@ from django.urls import reverse
 from PIL import Image as PILImage
 
 from datasets.models import Image, Import, ImportStatus
-from datasets.services.archive import FolderSource
+from datasets.services.archive import Archive, ArchiveError, FolderSource, Limits
 from datasets.services.datasets import dataset_create
 from datasets.services.formats import SKIP_FILE, SKIP_IMAGE
 from datasets.services.ingest import dataset_import_path, import_run
@@ -341,3 +341,24 @@ def test_manage_py_dataset_import_samples_videos_at_the_rate_given(team, tmp_pat
         call_command("dataset_import", str(video), workspace="acme", name="X", video_fps="1000")
     with pytest.raises(CommandError, match="must be a number"):
         call_command("dataset_import", str(video), workspace="acme", name="X", video_fps="fast")
+
+
+@pytest.mark.django_db
+def test_a_video_in_an_archive_may_be_larger_than_an_image_may(tmp_path):
+    """An image or label file is read into memory and held to max_entry_bytes; a video is
+    copied to disk to be decoded, so only the archive's total limit applies to it."""
+    video = make_video(tmp_path / "big.mp4", seconds=2.0)
+    size = video.stat().st_size
+    archive_path = _zip(tmp_path / "big.zip", {"clips/big.mp4": video, "a.jpg": b"\0" * size})
+    limits = Limits(max_entry_bytes=size // 2, max_ratio=10**6)
+    source = VideoFrames(Archive(archive_path.open("rb"), limits), fps=1)
+    try:
+        names = sorted(e.name for e in source.entries)
+        assert names == ["a.jpg", "clips/big_0.jpg", "clips/big_1000.jpg"]
+        assert source.skipped == []
+        frames = dict(source.iter_read(["clips/big_0.jpg", "clips/big_1000.jpg"]))
+        assert [frame_index(frames[n]) for n in sorted(frames)] == [0, 10]
+        with pytest.raises(ArchiveError, match="limit for one file"):
+            source.read("a.jpg")  # the image of the same size is still refused
+    finally:
+        source.close()
