@@ -41,7 +41,7 @@ class Limits:
     max_ratio: int = 200  # inflated / compressed, for entries over 1 MiB inflated
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per entry, up to 500,000: no __dict__
 class Entry:
     name: str  # normalised posix path inside the archive
     size: int  # declared inflated size (checked against bytes actually read)

@@ -48,14 +48,14 @@ class LabelFileError(Exception):
     """A whole label file is unusable (listed once in the report)."""
 
 
-@dataclass
+@dataclass(slots=True)  # an import holds one per label (hundreds of thousands): no __dict__
 class ParsedLabel:
     cls: int
     kind: str
     data: list[float]
 
 
-@dataclass
+@dataclass(slots=True)
 class ParsedImage:
     name: str
     split: str
