@@ -1,8 +1,6 @@
-"""Small JPEG previews of stored images, for the gallery; made in the worker after an import.
-
-JPEG, not WebP: on 256 px thumbnails libjpeg-turbo encodes in ~0.2 ms against ~2-5 ms for
-WebP (method 2), for files ~20% larger; encoding was most of a thumbnail's time. Pixels are
-what training sees (OpenCV reads colour without alpha), 16-bit greys scaled to 8 bits."""
+"""Small JPEG previews of stored images, for the gallery (pixels: datasets.services.images).
+An import makes them as it checks each image; here, the worker makes those that are missing
+(images stored before, or an import's that failed to render)."""
 
 import functools
 import io
@@ -19,45 +17,17 @@ from PIL import Image as PILImage
 from core.storage import storage_put
 from core.tasks import task_send
 from datasets.models import Blob
+from datasets.services import images
 
 logger = logging.getLogger(__name__)
 
-JPEG_QUALITY = 82
 ENQUEUE_DEDUPE_SECONDS = 600
 THREADS = max(2, min(8, os.cpu_count() or 2))
 
 
 def thumbnail_render(data: bytes, *, px: int | None = None) -> bytes:
     """The JPEG thumbnail of an image: longest side at most `px`, aspect ratio kept."""
-    px = px or settings.DATASET_THUMBNAIL_PX
-    with PILImage.open(io.BytesIO(data)) as img:
-        width, height = img.size
-        scale = min(1.0, px / max(width, height))
-        target = (max(1, round(width * scale)), max(1, round(height * scale)))
-        if img.format in ("JPEG", "MPO"):
-            # Decode at 1/2, 1/4 or 1/8 scale straight from the DCT: most of the speed.
-            img.draft(None, target)
-        icc = img.info.get("icc_profile") if img.mode in ("RGB", "RGBA") else None
-        img = _rgb(img)
-        # Bicubic: after the draft the step left is small (640 px → 320 → 256), where it looks
-        # the same as Lanczos at ~20% less time per thumbnail.
-        img.thumbnail(target, PILImage.Resampling.BICUBIC, reducing_gap=None)
-        out = io.BytesIO()
-        save = {"format": "JPEG", "quality": JPEG_QUALITY}
-        if icc:
-            save["icc_profile"] = icc
-        img.save(out, **save)
-        return out.getvalue()
-
-
-def _rgb(img: PILImage.Image) -> PILImage.Image:
-    if img.mode == "RGB":
-        return img
-    if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        # 16-bit and float greyscale: scale to 8 bits instead of clipping everything to white.
-        lo, hi = img.getextrema()
-        img = img.point(lambda v: (v - lo) * 255 / max(1, hi - lo)).convert("L")
-    return img.convert("RGB")
+    return images.thumbnail_render(data, px=px or settings.DATASET_THUMBNAIL_PX)
 
 
 def thumbnails_make(*, blob_ids: list[int]) -> int:

@@ -73,6 +73,8 @@ def test_a_large_zip_is_checked_in_processes_with_the_same_outcome(team, tmp_pat
     assert Blob.objects.filter(images__dataset=dataset).distinct().count() == 20
     for blob in Blob.objects.filter(images__dataset=dataset):
         assert default_storage.exists(blob.storage_key)
+        # Made by the checking processes from the same decode: no later pass needed.
+        assert blob.has_thumbnail and default_storage.exists(blob.thumbnail_key)
 
 
 @pytest.mark.django_db
@@ -99,6 +101,7 @@ def test_images_the_layout_leaves_out_are_not_left_stored(team, tmp_path, pools)
         sha = hashlib.sha256(data).hexdigest()
         assert not Blob.objects.filter(sha256=sha).exists()
         assert not default_storage.exists(f"blobs/{sha[:2]}/{sha}")
+        assert not default_storage.exists(f"thumbs/{sha[:2]}/{sha}.jpg")
 
 
 @pytest.mark.django_db
@@ -119,6 +122,7 @@ def test_a_bomb_found_by_the_checking_thread_fails_the_import_and_stores_nothing
         if name.endswith(".jpg"):
             sha = hashlib.sha256(data).hexdigest()
             assert not default_storage.exists(f"blobs/{sha[:2]}/{sha}"), name
+            assert not default_storage.exists(f"thumbs/{sha[:2]}/{sha}.jpg"), name
 
 
 @pytest.mark.django_db

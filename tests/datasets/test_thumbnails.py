@@ -140,3 +140,46 @@ def test_thumbnails_made_as_webp_before_are_made_again_as_jpeg_and_collected_wit
         assert blobs_collect_garbage() >= 1
     for key in (blob.storage_key, blob.thumbnail_key, blob.thumbnail_key_webp):
         assert not default_storage.exists(key), key
+
+
+@pytest.mark.django_db
+def test_an_import_makes_the_thumbnails_as_it_checks_the_images(team, tmp_path):
+    """The same picture the worker would make, from the import's own decode; turned upright
+    where EXIF said so, a GIF's first frame; the worker has none left to make."""
+    from datasets.services.datasets import dataset_create
+    from datasets.services.ingest import dataset_import_path
+    from datasets.services.thumbnails import thumbnail_render
+    from tests.datasets.archives import jpeg_bytes as small_jpeg
+    from tests.datasets.archives import zip_of
+
+    gif = io.BytesIO()
+    PILImage.new("P", (300, 150), 3).save(gif, format="GIF")
+    files = {
+        "wide.jpg": jpeg_bytes(640, 480, seed=21),
+        "tall.png": png_bytes(300, 1200, color=(9, 99, 199)),
+        "turned.jpg": small_jpeg(640, 320, color=(20, 40, 60), exif_orientation=6),
+        "first-frame.gif": gif.getvalue(),
+    }
+    access = team.access("editor")
+    dataset = dataset_create(access=access, name="Thumbs in one pass", task="detect")
+    imp = dataset_import_path(
+        access=access, dataset=dataset, path=zip_of(files, tmp_path / "t.zip")
+    )
+    assert imp.status == "succeeded", imp.error
+    sizes = {}
+    for image in dataset.images.select_related("blob"):
+        blob = image.blob
+        assert blob.has_thumbnail
+        thumb = stored_thumbnail(blob)
+        assert thumb.format == "JPEG" and thumb.mode == "RGB"
+        sizes[image.filename] = thumb.size
+        with default_storage.open(blob.storage_key, "rb") as f:
+            again = PILImage.open(io.BytesIO(thumbnail_render(f.read())))
+        assert again.size == thumb.size  # what the worker makes for the stored bytes
+    assert sizes == {
+        "wide.jpg": (256, 192),
+        "tall.png": (64, 256),
+        "turned.jpg": (128, 256),  # stored upright: 320 wide, 640 tall
+        "first-frame.gif": (256, 128),
+    }
+    assert thumbnails_make(blob_ids=[i.blob_id for i in dataset.images.all()]) == 0
