@@ -35,17 +35,29 @@ def status_counts(*, dataset: Dataset) -> dict[str, ImageCount]:
     return {status: image_count(images.filter(status=status)) for status in LabelStatus.values}
 
 
-def class_label_counts(*, dataset: Dataset) -> list[DatasetClass]:
+def class_label_counts(*, dataset: Dataset, images: bool = False) -> list[DatasetClass]:
     """The dataset's classes in index order, each with `label_count` (an ImageCount of its
-    labels) and `label_total` (its value). One query counts every class up to the cap."""
-    labels = Label.objects.filter(dataset_class=OuterRef("pk")).order_by().values("pk")
-    capped = _CountOf(labels[: EXACT_COUNT_MAX + 1])
-    classes = list(dataset.classes.annotate(capped_total=capped).order_by("index"))
+    labels) and `label_total` (its value); with `images`, `image_count` and `image_total`
+    of the images it labels, past the cap only "more than" (no statistics say how many
+    distinct images a class's labels are on). One query counts every class up to the cap."""
+    labels = Label.objects.filter(dataset_class=OuterRef("pk")).order_by()
+    cap = EXACT_COUNT_MAX + 1
+    annotations = {"capped_labels": _CountOf(labels.values("pk")[:cap])}
+    if images:
+        annotations["capped_images"] = _CountOf(labels.values("image_id").distinct()[:cap])
+    classes = list(dataset.classes.annotate(**annotations).order_by("index"))
     for dataset_class in classes:
-        if dataset_class.capped_total <= EXACT_COUNT_MAX:
-            count = ImageCount(dataset_class.capped_total, exact=True)
+        if dataset_class.capped_labels <= EXACT_COUNT_MAX:
+            count = ImageCount(dataset_class.capped_labels, exact=True)
         else:
             count = image_count(Label.objects.filter(dataset_class=dataset_class))
-        dataset_class.label_count = count
-        dataset_class.label_total = count.value
+        dataset_class.label_count, dataset_class.label_total = count, count.value
+        if images:
+            counted = dataset_class.capped_images
+            count = (
+                ImageCount(counted, exact=True)
+                if counted <= EXACT_COUNT_MAX
+                else ImageCount(EXACT_COUNT_MAX, exact=False, more_than=True)
+            )
+            dataset_class.image_count, dataset_class.image_total = count, count.value
     return classes

@@ -1,7 +1,7 @@
 """Class management: list with counts, add, rename, merge, delete (indexes stay 0..n-1)."""
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, Max, OuterRef
+from django.db.models import Exists, F, Max, OuterRef
 from django.http import Http404
 
 from core.errors import ServiceError
@@ -11,6 +11,7 @@ from datasets.models import (
     Label,
     LabelKind,
 )
+from datasets.selectors.counts import class_label_counts
 from datasets.selectors.gallery import class_colour
 from datasets.services.gallery import dataset_lock, dataset_touch, image_label_counts_refresh
 from workspaces.permissions import Perm
@@ -18,11 +19,8 @@ from workspaces.selectors import WorkspaceAccess
 
 
 def class_list_with_counts(*, dataset: Dataset) -> list[DatasetClass]:
-    classes = list(
-        DatasetClass.objects.filter(dataset=dataset)
-        .annotate(label_total=Count("labels"), image_total=Count("labels__image", distinct=True))
-        .order_by("index")
-    )
+    """Exact counts up to a thousand, estimated or "more than" past it (selectors.counts)."""
+    classes = class_label_counts(dataset=dataset, images=True)
     for c in classes:
         c.colour = class_colour(c.index)
     return classes

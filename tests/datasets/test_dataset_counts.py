@@ -123,3 +123,33 @@ def test_the_editors_position_and_total_are_exact_up_to_the_limit_and_say_what_i
         assert _close(bird_out["count_text"], 100)
     else:
         assert (bird_out["count"], bird_out["count_text"]) == (100, "100")
+
+
+def test_the_classes_page_and_a_public_datasets_page_count_up_to_the_limit(client, team):
+    dataset = DatasetFactory(workspace=team.workspace, is_public=True)
+    bird = DatasetClassFactory(dataset=dataset, index=0, name="bird")
+    cat = DatasetClassFactory(dataset=dataset, index=1, name="cat")
+    birds = make_images(dataset, 80)
+    label(birds, bird)
+    label(birds[:10], bird)  # a second bird on ten of them: 90 labels on 80 images
+    label(make_images(dataset, 5), cat)
+    statistics_refresh()
+    client.force_login(team.viewer)
+    page = client.get(reverse("dataset_classes", kwargs={"ws_slug": "acme", "pk": dataset.pk}))
+    by_name = {c.name: c for c in page.context["classes"]}
+    assert (by_name["cat"].label_count.text, by_name["cat"].image_count.text) == ("5", "5")
+    # Distinct images have no estimate, on any database: what is known is said.
+    assert by_name["bird"].image_count.text == f"more than {LIMIT}"
+    if connection.vendor == "postgresql":
+        assert _close(by_name["bird"].label_count.text, 90)
+    else:
+        assert by_name["bird"].label_count.text == "90"
+
+    client.logout()  # anyone may open a public dataset's page
+    public = client.get(reverse("public_dataset", kwargs={"pk": dataset.pk}))
+    assert public.status_code == 200
+    total = public.context["image_total"]
+    if connection.vendor == "postgresql":
+        assert _close(total.text, 85)
+    else:
+        assert total.text == "85"
