@@ -3,19 +3,17 @@ Through Django's client, then the real `yolo login` in a process of its own agai
 server."""
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import matplotlib
 import pytest
 from django.test import Client
 from django.utils import timezone
 
 from billing import ledger
 from datasets.models import Dataset
+from tests.platform_client import client_env
 from tests.servers import app_server
 from tests.training.factories import trained_model_row
 from tests.workspaces.factories import MembershipFactory, ProjectFactory, WorkspaceFactory
@@ -112,36 +110,9 @@ def test_a_browser_session_gets_its_personal_workspace_and_its_teams(team, clien
 
 
 def _client_env(config_dir: Path, url: str) -> dict:
-    """The client as a user's machine runs it: not under pytest or CI (it switches parts of
-    itself off there), offline for everything but Kestrel, its settings in `config_dir`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in {
-            "PYTEST_CURRENT_TEST",
-            "CI",
-            "GITHUB_ACTIONS",
-            "GITHUB_WORKFLOW",
-            "RUNNER_OS",
-            "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
-            "ULTRALYTICS_SAFE_LOAD",
-            "YOLO_VERBOSE",
-        }
-        and not k.startswith("ULTRALYTICS_")
-    }
-    fonts = config_dir / "Ultralytics"
-    fonts.mkdir(parents=True, exist_ok=True)
-    dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
-    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
-        shutil.copy(dejavu, fonts / name)
-    env.update(
-        YOLO_OFFLINE="1",
-        YOLO_AUTOINSTALL="0",
-        YOLO_CONFIG_DIR=str(config_dir),
-        ULTRALYTICS_PLATFORM_URL=url,
-    )
-    return env
+    """The client as a user's machine runs it (tests.platform_client), its settings in
+    `config_dir`."""
+    return client_env(config_dir, ULTRALYTICS_PLATFORM_URL=url)
 
 
 def _yolo(env: dict, *args: str) -> subprocess.CompletedProcess:

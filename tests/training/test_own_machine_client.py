@@ -7,20 +7,18 @@ offline) and a tiny, one-epoch CPU run."""
 
 import html
 import json
-import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import matplotlib
 import pytest
 from django.test import Client
 from django.urls import reverse
 
+from tests.platform_client import client_env
 from tests.servers import app_server
 from tests.training.helpers import version_of
 from training.models import JobKind, TrainedModel, TrainingJob
@@ -42,37 +40,14 @@ def _pre(body: str, testid: str) -> str:
 
 
 def _machine_env(home: Path, exports: str) -> dict:
-    """A person's machine: not under pytest or CI (the client turns itself off there), offline
-    for anything but Kestrel, the fonts Ultralytics would download laid in; and the page's
-    `export` lines, read as a shell reads them."""
-    dropped = {
-        "PYTEST_CURRENT_TEST",
-        "CI",
-        "GITHUB_ACTIONS",
-        "PYTEST_XDIST_WORKER",
-        "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
-        "ULTRALYTICS_SAFE_LOAD",
-        "YOLO_VERBOSE",
-    }
-    env = {
-        k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("ULTRALYTICS")
-    }
-    fonts = home / "config" / "Ultralytics"
-    fonts.mkdir(parents=True, exist_ok=True)
+    """A person's machine (tests.platform_client) with the page's `export` lines, read as a
+    shell reads them."""
+    env = client_env(home / "config")
     # Its runs and downloads in its own folders: the client finds the checkout's git root from
     # where it is installed and would write runs/ there and datasets/ beside it. A run name
     # taken in runs/ would also be sent incremented (trainer.args.name is the folder's name).
     folders = {"runs_dir": str(home / "runs"), "datasets_dir": str(home / "datasets")}
-    (fonts / "settings.json").write_text(json.dumps(folders))
-    dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
-    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
-        shutil.copyfile(dejavu, fonts / name)
-    env.update(
-        YOLO_OFFLINE="1",
-        YOLO_AUTOINSTALL="0",
-        YOLO_CONFIG_DIR=str(home / "config"),
-        CUDA_VISIBLE_DEVICES="",
-    )
+    (home / "config" / "Ultralytics" / "settings.json").write_text(json.dumps(folders))
     for line in exports.splitlines():
         words = shlex.split(line)
         assert words[0] == "export" and len(words) == 2, line

@@ -4,8 +4,6 @@ epoch's metrics, console lines and the final weights as a model, a second run of
 becomes run1-2, Stop in Kestrel ends a run at the next epoch, and resume=True continues the same
 job. The protocol's edges are test_platform_webhooks.py's."""
 
-import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -16,6 +14,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from tests.platform_client import client_env
 from tests.servers import app_server
 from training.models import EpochMetric, InspectState, JobKind, JobState, LogChunk, TrainingJob
 from training.services.inspection import model_inspect_run
@@ -30,33 +29,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def _client_env(home: Path, url: str, key: str) -> dict:
-    """A person's machine: not under pytest or CI (the client turns itself off there), offline
-    for anything but Kestrel, the fonts Ultralytics would download laid in."""
-    dropped = (
-        "PYTEST_CURRENT_TEST",
-        "CI",
-        "GITHUB_ACTIONS",
-        "PYTEST_XDIST_WORKER",
-        "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
-        "ULTRALYTICS_SAFE_LOAD",
-        "YOLO_VERBOSE",
-    )
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    fonts = home / "config" / "Ultralytics"
-    fonts.mkdir(parents=True, exist_ok=True)
-    import matplotlib
-
-    dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
-    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
-        shutil.copyfile(dejavu, fonts / name)
-    env.update(
-        YOLO_OFFLINE="1",
-        YOLO_AUTOINSTALL="0",
-        YOLO_CONFIG_DIR=str(home / "config"),
-        ULTRALYTICS_PLATFORM_URL=url,
-        ULTRALYTICS_API_KEY=key,
-        CUDA_VISIBLE_DEVICES="",
-    )
+    """A person's machine (tests.platform_client), its runs and weights in `home`."""
+    env = client_env(home / "config", ULTRALYTICS_PLATFORM_URL=url, ULTRALYTICS_API_KEY=key)
     # Its runs and weights in its own folder: Ultralytics' defaults are beside the git checkout
     # its package lies in (this repository).
     settings = [f"runs_dir={home / 'runs'}", f"weights_dir={home / 'weights'}", "sync=False"]

@@ -4,8 +4,6 @@ the real client resolving, converting and loading them from a live server."""
 
 import hashlib
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from tests.datasets.factories import (
     ImageFactory,
     LabelFactory,
 )
+from tests.platform_client import client_env
 from tests.servers import app_server
 from tests.training.factories import trained_model_row
 from tests.training.helpers import SHARED, version_of
@@ -393,35 +392,8 @@ print("RESULT " + json.dumps(out))
 
 
 def _client_env(home: Path, url: str, key: str) -> dict:
-    """The environment of a person's own machine: not under pytest or CI (the client turns
-    itself off there), offline for anything but Kestrel, the fonts it would download laid in."""
-    dropped = (
-        "PYTEST_CURRENT_TEST",
-        "CI",
-        "GITHUB_ACTIONS",
-        "PYTEST_XDIST_WORKER",
-        "TORCH_FORCE_WEIGHTS_ONLY_LOAD",
-        "ULTRALYTICS_SAFE_LOAD",
-        "YOLO_VERBOSE",
-    )
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    config = home / "config"
-    fonts = config / "Ultralytics"
-    fonts.mkdir(parents=True, exist_ok=True)
-    import matplotlib
-
-    dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
-    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
-        shutil.copyfile(dejavu, fonts / name)
-    env.update(
-        YOLO_OFFLINE="1",
-        YOLO_AUTOINSTALL="0",
-        YOLO_CONFIG_DIR=str(config),
-        ULTRALYTICS_PLATFORM_URL=url,
-        ULTRALYTICS_API_KEY=key,
-        CUDA_VISIBLE_DEVICES="",
-    )
-    return env
+    """A person's machine (tests.platform_client)."""
+    return client_env(home / "config", ULTRALYTICS_PLATFORM_URL=url, ULTRALYTICS_API_KEY=key)
 
 
 def _run(home: Path, env: dict, *args: str, timeout: int = 300):
