@@ -1,6 +1,7 @@
 """The environment a stock `ultralytics` client runs in for the tests that start it in a
 subprocess against the live test server: a person's machine, as far as the client can tell."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -23,7 +24,11 @@ _DROPPED = {
 def client_env(config_dir: Path, **variables: str) -> dict[str, str]:
     """Not under pytest or CI, offline for anything but Kestrel (no downloads, no installs, no
     GPU), Ultralytics' settings in `config_dir` with the fonts it would download laid in;
-    then `variables` (ULTRALYTICS_PLATFORM_URL, ULTRALYTICS_API_KEY, ...)."""
+    then `variables` (ULTRALYTICS_PLATFORM_URL, ULTRALYTICS_API_KEY, ...).
+
+    Its runs, weights and datasets in `config_dir` too: by default the client puts them beside
+    the git checkout it is installed in (this repository), and a run name already taken in
+    runs/ would be sent incremented (trainer.args.name is the folder's name)."""
     env = {
         k: v for k, v in os.environ.items() if k not in _DROPPED and not k.startswith("ULTRALYTICS")
     }
@@ -34,6 +39,8 @@ def client_env(config_dir: Path, **variables: str) -> dict[str, str]:
     dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
     for name in ("Arial.ttf", "Arial.Unicode.ttf"):
         shutil.copyfile(dejavu, fonts / name)
+    folders = {f"{what}_dir": str(config_dir / what) for what in ("runs", "weights", "datasets")}
+    (fonts / "settings.json").write_text(json.dumps({**folders, "sync": False}))
     env.update(
         YOLO_OFFLINE="1",
         YOLO_AUTOINSTALL="0",

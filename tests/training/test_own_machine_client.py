@@ -6,7 +6,6 @@ Only what a real machine would change is changed: a model built from its YAML (n
 offline) and a tiny, one-epoch CPU run."""
 
 import html
-import json
 import re
 import shlex
 import subprocess
@@ -43,11 +42,6 @@ def _machine_env(home: Path, exports: str) -> dict:
     """A person's machine (tests.platform_client) with the page's `export` lines, read as a
     shell reads them."""
     env = client_env(home / "config")
-    # Its runs and downloads in its own folders: the client finds the checkout's git root from
-    # where it is installed and would write runs/ there and datasets/ beside it. A run name
-    # taken in runs/ would also be sent incremented (trainer.args.name is the folder's name).
-    folders = {"runs_dir": str(home / "runs"), "datasets_dir": str(home / "datasets")}
-    (home / "config" / "Ultralytics" / "settings.json").write_text(json.dumps(folders))
     for line in exports.splitlines():
         words = shlex.split(line)
         assert words[0] == "export" and len(words) == 2, line

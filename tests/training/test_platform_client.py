@@ -31,12 +31,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def _client_env(home: Path, url: str, key: str) -> dict:
     """A person's machine (tests.platform_client), its runs and weights in `home`."""
     env = client_env(home / "config", ULTRALYTICS_PLATFORM_URL=url, ULTRALYTICS_API_KEY=key)
-    # Its runs and weights in its own folder: Ultralytics' defaults are beside the git checkout
-    # its package lies in (this repository).
-    settings = [f"runs_dir={home / 'runs'}", f"weights_dir={home / 'weights'}", "sync=False"]
-    yolo = str(Path(sys.executable).parent / "yolo")
-    command = [yolo, "settings", *settings]
-    subprocess.run(command, env=env, cwd=home, check=True, capture_output=True)  # noqa: S603
     return env
 
 
