@@ -22,7 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.errors import ServiceError
-from datasets.models import Dataset, DatasetVersion, Task
+from datasets.models import DatasetVersion, Task
 from training.models import (
     ACTIVE_STATES,
     AttemptEnd,
@@ -95,15 +95,23 @@ def _free_name(project: Project, name: str) -> str:
 
 
 def _version_of(access: WorkspaceAccess, data: str) -> DatasetVersion | None:
-    """The Kestrel dataset version a `data=ul://<owner>/datasets/<slug>` run trained on: that
-    dataset's newest version (what its export serves); None for a local YAML."""
+    """The Kestrel dataset version a `data=ul://<owner>/datasets/<dataset>` run trains on: the
+    one its export serves, found as the export finds it (datasets.platform_export). The client
+    sends training_started before it downloads the data, so it is that dataset's newest
+    version then. None for a local YAML, or a URI the export would refuse."""
+    from datasets.platform_export import platform_dataset_find, platform_version_pick
+    from workspaces.platform_api import PlatformRefusal
+
     match = re.fullmatch(r"ul://([^/]+)/datasets/([^/?#]+)", data.strip())
     if not match or match.group(1).lower() != access.workspace.slug.lower():
         return None
-    for dataset in Dataset.objects.for_workspace(access.workspace):
-        if slug(dataset.name) == match.group(2).lower():
-            return dataset.versions.order_by("-number").first()
-    return None
+    try:
+        dataset = platform_dataset_find(
+            workspace=access.workspace, ident=match.group(2), not_found=""
+        )
+        return platform_version_pick(dataset=dataset, number=None)
+    except PlatformRefusal:
+        return None
 
 
 def _device_text(environment: dict, device: str) -> str:
