@@ -280,6 +280,34 @@ def test_gpu_memory_sent_as_a_percentage_is_kept_in_gigabytes(client, key, proje
     }
 
 
+def test_the_clients_training_bar_is_the_jobs_batch_progress(
+    client, key, project, django_capture_on_commit_callbacks
+):
+    """Frames as ultralytics' TQDM draws the trainer's bar (a coco8 run in the tests closes its
+    one-batch bars before the client's 5-second flush, so this is its shape, sent by hand)."""
+    from training.streams import progress_key, training_redis
+
+    model_id = start(client, key)["modelId"]
+    frames = {
+        "7": "                 Class     Images  Instances      Box(P          R      mAP50: 50% "
+        "━━━━━━────── 1/2 2.1it/s 0.5s<0.5s",  # a validation bar: not the training's
+        "8": "        2/3         0G      1.234      2.345      1.111         12         64: 50% "
+        "━━━━━━────── 2/4 2.1it/s 0.9s<0.9s",
+    }
+    body = {"chunkId": 4, "content": "", "lineCount": 0, "progress": frames}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert send(client, key, "console_output", body, modelId=model_id).status_code == 200
+    progress = json.loads(training_redis().get(progress_key(int(model_id))))
+    assert (progress["epoch"], progress["epochs"], progress["batch"], progress["batches"]) == (
+        2,
+        3,
+        2,
+        4,
+    )
+    assert progress["loss"] == [1.234, 2.345, 1.111]
+    assert not LogChunk.objects.filter(job_id=model_id).exists()  # frames are not lines
+
+
 def test_training_started_sent_again_is_the_same_job(client, key, project):
     """The client retries training_started when an answer is lost: one job, not two."""
     first, again = start(client, key), start(client, key)

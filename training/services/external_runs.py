@@ -11,6 +11,7 @@ for TRAINING_EXTERNAL_SILENT_SECONDS is marked lost here (`external_runs_reap`).
 
 import json
 import logging
+import math
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -20,9 +21,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from pydantic import ValidationError
 
 from core.errors import ServiceError
 from datasets.models import DatasetVersion, Task
+from training.event_schema import Batch
 from training.models import (
     ACTIVE_STATES,
     AttemptEnd,
@@ -38,7 +41,7 @@ from training.models import (
 from training.services.arguments import architecture_family_size
 from training.services.external_uploads import RunNotFound, RunRefused, upload_model_make
 from training.services.jobs import _concurrency_check, job_locked, job_state_bump, job_transition
-from training.streams import stream_key, training_redis
+from training.streams import PROGRESS_TTL, progress_key, stream_key, training_redis
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -284,6 +287,14 @@ def _number(value) -> float | None:
     return float(value) if abs(value) < 1e15 else None
 
 
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _metrics(raw: dict) -> dict[str, float]:
     """Named numbers only (the client sends a non-finite one as null), at most 500."""
     numbers = ((str(k)[:200], _number(v)) for k, v in list(raw.items())[:500])
@@ -400,6 +411,46 @@ def external_epoch(*, job: TrainingJob, data: dict) -> TrainingJob:
 
 
 MAX_CONSOLE_CHARS = 256 * 1024
+# A training progress bar's frame, as ultralytics' trainer describes it and its TQDM draws it:
+# "  2/10   1.2G   1.234   2.345   1.111   12   640: 40% ━━━━── 8/20 3.1it/s 2.6s<3.9s"
+# (epoch/epochs, GPU memory, the losses, instances and image size, then batch/batches).
+_TRAIN_FRAME = re.compile(
+    r"^\s*(\d{1,6})/(\d{1,6})\s+[\d.]+G\s+((?:[-+\d.eE]+\s+){2,34}[-+\d.eE]+):\s+\d{1,3}%\s+\S*\s*"
+    r"(\d{1,9})/(\d{1,9})\s"
+)
+
+
+def _progress_keep(job: TrainingJob, frames: dict) -> None:
+    """The client's live training bar, as the job page's batch progress (what Kestrel's own
+    trainer reports as a batch event): kept as the latest in Redis and sent on the stream."""
+    for text in list(frames.values())[:16]:
+        match = _TRAIN_FRAME.match(text if isinstance(text, str) else "")
+        if not match:
+            continue  # a validation or download bar: the console shows those
+        epoch, epochs, numbers, batch, batches = match.groups()
+        values = [_number(_float(v)) for v in numbers.split()]
+        try:
+            event = Batch(
+                epoch=int(epoch),
+                epochs=int(epochs),
+                batch=int(batch),
+                batches=int(batches),
+                batch_size=job.batch if job.batch and job.batch > 0 else 0,
+                loss=values[:-2],  # the last two are instances and image size
+            )
+        except ValidationError:
+            continue
+        payload = event.model_dump()
+
+        def keep(payload=payload) -> None:
+            try:
+                training_redis().set(progress_key(job.pk), json.dumps(payload), ex=PROGRESS_TTL)
+            except redis.RedisError:
+                pass  # progress only: the next frame says it again
+
+        transaction.on_commit(keep)
+        _stream_add(job, "batch", 0, payload)
+        return
 
 
 @transaction.atomic
@@ -414,8 +465,10 @@ def external_console(*, job: TrainingJob, data: dict) -> TrainingJob:
         raise ServiceError(f"A console chunk is at most {MAX_CONSOLE_CHARS} characters.")
     job = TrainingJob.objects.get(pk=job.pk)
     _seen(job)
+    if isinstance(data.get("progress"), dict):
+        _progress_keep(job, data["progress"])
     if not content.strip():
-        return job  # a progress bar's frame only: nothing a console keeps
+        return job  # progress bar frames only: nothing a console keeps
     lines = [line[:2000] for line in content.split("\n")]
     if LogChunk.objects.filter(job=job, attempt=job.attempts, seq=chunk).exists():
         TrainingJob.objects.filter(pk=job.pk).update(resent_events=F("resent_events") + 1)
