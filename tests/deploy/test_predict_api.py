@@ -3,7 +3,6 @@ the plan's rate limit (in Redis, shared by every web process), bad input, usage 
 
 import base64
 import io
-import time
 
 import pytest
 from django.core.cache import cache
@@ -13,6 +12,7 @@ from PIL import Image as PILImage
 from deploy.models import UsageDay
 from deploy.ratelimit import _redis, rate_take
 from deploy.usage import PENDING, usage_flush
+from tests.clock import well_inside_a_minute
 from tests.training.factories import trained_model_row
 from training.models import JobState
 from workspaces.models import Membership
@@ -162,15 +162,8 @@ def test_a_model_still_training_or_unchecked_is_refused(team, model):
     assert _post(client, model).status_code == 409
 
 
-def _not_at_a_minute_boundary() -> None:
-    """The limit's window is the clock minute: start a burst well inside one."""
-    left = 60 - time.time() % 60
-    if left < 8:
-        time.sleep(left + 0.1)
-
-
 def test_the_plan_rate_limit_answers_429_with_retry_after(team, model):
-    _not_at_a_minute_boundary()
+    well_inside_a_minute()
     team.workspace.plan.predict_requests_per_minute = 3
     team.workspace.plan.save()
     client, _ = _key_client(team)

@@ -3,7 +3,6 @@ it: on its dataset's Explore page, on its try-it page, through the predict API w
 browser session (a real model server and a real detector), and nowhere else: no weights, no
 model page, no API key of theirs, and a private model's id is the same 404 as an unknown one."""
 
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from django.urls import reverse
 from datasets.services.versions import version_create
 from deploy.models import Deployment, DeploymentState
 from deploy.ratelimit import _redis
+from tests.clock import well_inside_a_minute
 from tests.datasets.factories import DatasetClassFactory, DatasetFactory, ImageFactory, LabelFactory
 from tests.deploy.conftest import confident_copy, tiny_model_train
 from tests.training.factories import trained_model_row
@@ -172,9 +172,7 @@ def test_the_stranger_is_rate_limited_per_person_like_the_try_page(
     team, public_model, stranger_client, settings
 ):
     settings.INFERENCE_URL = "http://127.0.0.1:9"  # nothing listens: each call is a quick 503
-    left = 60 - time.time() % 60  # the limit's window is the clock minute: start well inside one
-    if left < 8:
-        time.sleep(left + 0.1)
+    well_inside_a_minute()
     plan = team.workspace.plan
     plan.predict_requests_per_minute = 2
     plan.save(update_fields=["predict_requests_per_minute"])

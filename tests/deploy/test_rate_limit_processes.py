@@ -2,7 +2,6 @@
 web processes (as behind a load balancer) share it."""
 
 import io
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -11,6 +10,7 @@ import pytest
 from PIL import Image as PILImage
 
 from deploy.ratelimit import _redis
+from tests.clock import well_inside_a_minute
 from tests.servers import app_server
 from tests.training.factories import trained_model_row
 from workspaces.services.keys import api_key_create
@@ -62,9 +62,7 @@ def test_two_web_processes_share_one_limit(team):
         app_server(INFERENCE_URL="http://127.0.0.1:9") as a,
         app_server(INFERENCE_URL="http://127.0.0.1:9") as b,
     ):
-        left = 60 - time.time() % 60
-        if left < 10:  # the window is the clock minute: start well inside one
-            time.sleep(left + 0.1)
+        well_inside_a_minute()
         answers = [_predict([a, b][i % 2], model.pk, raw) for i in range(6)]
     statuses = [status for status, _ in answers]
     assert statuses == [503, 503, 503, 503, 429, 429], statuses
