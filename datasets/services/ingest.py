@@ -597,7 +597,8 @@ class _BlobWriter:
         """Its bytes and thumbnail stored (by this writer, an earlier import, or another
         image of this one); True if the thumbnail was."""
         sha = checked.sha256
-        key = f"blobs/{sha[:2]}/{sha}"
+        blob = Blob(sha256=sha)  # for its keys
+        key = blob.storage_key
         with self._lock:
             if sha in self._claimed:
                 return bool(checked.thumbnail)
@@ -607,10 +608,9 @@ class _BlobWriter:
                 self.written.append(key)
         if not checked.thumbnail:
             return False
-        thumbnail_key = f"thumbs/{sha[:2]}/{sha}.jpg"  # Blob.thumbnail_key
-        if storage_put(thumbnail_key, checked.thumbnail):
+        if storage_put(blob.thumbnail_key, checked.thumbnail):
             with self._lock:
-                self.written.append(thumbnail_key)
+                self.written.append(blob.thumbnail_key)
         return True
 
 
