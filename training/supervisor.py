@@ -628,7 +628,15 @@ class Supervisor:
         """The trainer process is up (its pid is on the attempt already)."""
 
     def _on_train_start(self, event: schema.TrainStart, seq: int) -> None:
-        """Ultralytics built the model and the loaders; batches follow."""
+        """Ultralytics built the model and the loaders; batches follow. A resumed attempt says
+        from which epoch it really goes on (the checkpoint's own): the stored file may be a
+        newer one than the job's row names, when a worker was killed between storing last.pt
+        and saving its epoch. The attempt records what the trainer does."""
+        if self.attempt.resumed_from_epoch and event.start_epoch != self.attempt.resumed_from_epoch:
+            self.attempt.resumed_from_epoch = event.start_epoch
+            TrainingAttempt.objects.filter(pk=self.attempt.pk).update(
+                resumed_from_epoch=event.start_epoch
+            )
 
     def _on_batch(self, event: schema.Batch, seq: int) -> None:
         try:
