@@ -3,7 +3,8 @@ most that many + 1 rows per count), and past it PostgreSQL's estimate, said to b
 its statistics can give one (migration 0006's joint statistics on dataset, split and status;
 a class's labels by the label table's own). At a million images the exact counts took most of
 the dataset page's time and the editor's (bench/gallery.py, p50: 392 and 308 ms, 682 ms with a
-class filter; 32, 23 and 27 ms since). SQLite has no estimate: there every count is exact, as it was.
+class filter; 32, 23 and 27 ms since). SQLite has no estimate: there every count is exact, as
+it was.
 """
 
 from django.db.models import IntegerField, OuterRef, Subquery
