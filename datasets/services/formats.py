@@ -30,7 +30,12 @@ SPLIT_NAMES = {
 }
 # Every suffix a parser here reads. The import hands parsers only images and files with these
 # suffixes (CVAT's obj.names and obj.data, the Ultralytics NDJSON dataset included).
-LABEL_SUFFIXES = (".txt", ".yaml", ".yml", ".json", ".xml", ".ndjson", ".names", ".data")
+LABEL_SUFFIXES = (
+    ".txt", ".yaml", ".yml", ".json", ".xml", ".ndjson", ".names", ".data", ".csv"
+)  # fmt: skip
+# Files that look like labels whatever the layout: each one that gives no label is said to in
+# the report (format_detect.py's rule), never passed over in silence.
+LABEL_LOOKING_SUFFIXES = (".txt", ".json", ".xml", ".csv", ".ndjson")
 EPS = 1e-6
 # Rotated boxes at an image edge may put a corner slightly outside it (DOTA does): allowed.
 OBB_TOLERANCE = 0.1
@@ -42,6 +47,7 @@ SKIP_LABEL = "label"  # one label refused (a line, an object, an annotation)
 SKIP_LABEL_FILE = "label_file"  # a whole label or annotation file refused
 SKIP_NO_IMAGE = "no_image"  # a label file, or an annotation's image, that matched no image
 SKIP_FILE = "file"  # a file that is neither an image nor labels Kestrel reads
+SKIP_EMPTY = "empty_label_file"  # a label file read in its format that held no label
 
 
 class LabelFileError(Exception):
@@ -75,6 +81,9 @@ class Parsed:
     # How the files were read, in a sentence each, for the report: "12 label files paired by
     # name in labels/train-labels/ (not mirroring the image folders)".
     notes: list[str] = field(default_factory=list)
+    # Labels parsed from each file the parser read as a label file (0: it held none). A file
+    # read only for class names or splits is not in it. format_detect.py's rule reads it.
+    label_counts: dict[str, int] = field(default_factory=dict)
 
 
 Reader = Callable[[str, int], bytes]
@@ -346,10 +355,15 @@ def parse_yolo(
         if isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) for v in shape):
             kpt_shape, yaml_task = shape, Task.POSE
     else:
-        listed = class_list_file(txts, read) or _label_studio_names(jsons, read)
+        listed = class_list_file(txts, read)
+        # Label Studio's YOLO export has both classes.txt and notes.json: both are read.
+        studio = _label_studio_names(jsons, read)
+        listed = listed or studio
         if listed is not None:
             names = listed[1]
             notes.append(f"class names read from {listed[0]} ({len(names)} classes)")
+        if studio is not None and studio[1] != names:
+            notes.append(f"{studio[0]} names other classes than {listed[0]}: not used")
     effective_task = task or yaml_task or Task.DETECT
     if not names:
         # No data.yaml: class ids must fit the dataset's classes (or become class0..N).
@@ -358,6 +372,7 @@ def parse_yolo(
     trees = _LabelTrees(txts)
     mirrored = {_label_path(i) for i in images} & label_files
     parsed_images: dict[str, ParsedImage] = {}
+    label_counts: dict[str, int] = {}
     used_labels: set[str] = set()
     by_stem: dict[str, int] = {}
     ambiguous: dict[str, str] = {}
@@ -403,6 +418,7 @@ def parse_yolo(
                 kpt_shape=kpt_shape,
                 skipped=skipped,
             )
+            label_counts[label_name] = len(entry.labels)
             for label in entry.labels:
                 max_cls_seen = max(max_cls_seen, label.cls)
         parsed_images[image] = entry
@@ -428,6 +444,7 @@ def parse_yolo(
         task=yaml_task,
         keypoint_shape=kpt_shape,
         notes=notes,
+        label_counts=label_counts,
     )
 
 
@@ -464,6 +481,7 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
     names: list[str] = list(classes)
     notes: list[str] = []
     kpt_shape = None
+    label_counts: dict[str, int] = {}
     for coco_name in sorted(coco_files):
         try:
             doc = json.loads(_text(read, coco_name, MAX_META_FILE_BYTES))
@@ -507,6 +525,7 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
         stem = posixpath.basename(coco_name).lower()
         file_split = next((s for k, s in SPLIT_NAMES.items() if k in stem), None)
         coco_images: dict[int, ParsedImage] = {}
+        label_counts[coco_name] = 0
         for img in doc["images"]:
             if not isinstance(img, dict) or "id" not in img or "file_name" not in img:
                 skipped.append((coco_name, "an image entry without id or file_name", SKIP_LABEL))
@@ -545,7 +564,9 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
                 )
                 continue
             try:
-                entry.labels.extend(_coco_labels(ann, cat_index[ann["category_id"]], entry, task))
+                found = _coco_labels(ann, cat_index[ann["category_id"]], entry, task)
+                entry.labels.extend(found)
+                label_counts[coco_name] += len(found)
             except ValueError as e:
                 skipped.append((where, f"label {e}", SKIP_LABEL))
     for p in images:
@@ -558,6 +579,7 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
         notes=notes,
         task=Task.POSE if kpt_shape else None,
         keypoint_shape=kpt_shape,
+        label_counts=label_counts,
     )
 
 
@@ -661,7 +683,8 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str], txts=()) -> Par
             notes.append(
                 f"{len(unlisted)} images in no ImageSets list keep the split of their folder"
             )
-    raw: list[tuple[str, str, list[float], tuple[int, int]]] = []
+    raw: list[tuple[str, str, list[float], tuple[int, int], str]] = []
+    label_counts: dict[str, int] = {}
     for xml_name in sorted(xmls):
         try:
             root = ElementTree.fromstring(read(xml_name, MAX_LABEL_FILE_BYTES))
@@ -669,7 +692,16 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str], txts=()) -> Par
             skipped.append((xml_name, f"unreadable XML ({type(e).__name__})", SKIP_LABEL_FILE))
             continue
         if root.tag != "annotation":
+            skipped.append(
+                (
+                    xml_name,
+                    f"taken for Pascal VOC, but its root element is <{str(root.tag)[:40]}>, "
+                    "not VOC's <annotation>",
+                    SKIP_LABEL_FILE,
+                )
+            )
             continue
+        label_counts[xml_name] = 0
         filename = (root.findtext("filename") or "").strip()
         stem = posixpath.splitext(xml_name)[0].lower()
         match = by_base.get(filename.lower()) or by_stem.get(stem) or []
@@ -697,11 +729,11 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str], txts=()) -> Par
             if not name:
                 skipped.append((xml_name, "an object without a name", SKIP_LABEL))
                 continue
-            raw.append((image, name, [x1, y1, x2, y2], size))
+            raw.append((image, name, [x1, y1, x2, y2], size, xml_name))
     for name in sorted({r[1] for r in raw}):
         if name not in names:
             names.append(name)
-    for image, name, (x1, y1, x2, y2), (w, h) in raw:
+    for image, name, (x1, y1, x2, y2), (w, h), xml_name in raw:
         # VOC boxes are 1-based pixel corners (as Ultralytics' VOC converter reads them).
         if x2 == x1 or y2 == y1:
             skipped.append((image, f"box of {name[:40]!r}: zero-area box", SKIP_LABEL))
@@ -718,8 +750,14 @@ def parse_voc(images, xmls, read: Reader, *, classes: list[str], txts=()) -> Par
         parsed_images[image].labels.append(
             ParsedLabel(names.index(name), LabelKind.BOX, _clip(box))
         )
+        label_counts[xml_name] += 1
     return Parsed(
-        format="voc", class_names=names, images=parsed_images, skipped=skipped, notes=notes
+        format="voc",
+        class_names=names,
+        images=parsed_images,
+        skipped=skipped,
+        notes=notes,
+        label_counts=label_counts,
     )
 
 

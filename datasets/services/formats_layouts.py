@@ -108,6 +108,7 @@ def parse_cvat(images, txts, root: str, read: Reader, *, task: str, classes: lis
     label_files = set(txts)
     used: set[str] = set()
     parsed_images: dict[str, ParsedImage] = {}
+    label_counts: dict[str, int] = {}
     paired = 0
     for image in images:
         folder_split = next(
@@ -127,6 +128,7 @@ def parse_cvat(images, txts, root: str, read: Reader, *, task: str, classes: lis
                 kpt_shape=None,
                 skipped=skipped,
             )
+            label_counts[beside] = len(entry.labels)
         parsed_images[image] = entry
     notes.insert(0, f"CVAT YOLO 1.1 export: {paired} label files read beside their images")
     if not names:
@@ -141,7 +143,12 @@ def parse_cvat(images, txts, root: str, read: Reader, *, task: str, classes: lis
         elif txt.rsplit(".", 1)[0] not in image_stems:
             skipped.append((txt, "not read: not part of a CVAT YOLO 1.1 export", SKIP_FILE))
     return Parsed(
-        format="cvat-yolo", class_names=names, images=parsed_images, skipped=skipped, notes=notes
+        format="cvat-yolo",
+        class_names=names,
+        images=parsed_images,
+        skipped=skipped,
+        notes=notes,
+        label_counts=label_counts,
     )
 
 
@@ -188,7 +195,8 @@ def parse_labelme(
         by_base.setdefault(posixpath.basename(image).lower(), []).append(image)
         by_base["__stems__"].setdefault(image.rsplit(".", 1)[0].lower(), []).append(image)
     parsed_images = {p: ParsedImage(p, split_from_path(p)) for p in images}
-    raw: list[tuple[str, str, str, list[float]]] = []
+    raw: list[tuple[str, str, str, list[float], str]] = []
+    label_counts: dict[str, int] = {}
     read_files = 0
     for json_name in sorted(jsons):
         try:
@@ -209,6 +217,7 @@ def parse_labelme(
             skipped.append((json_name, "no valid imageWidth/imageHeight", SKIP_LABEL_FILE))
             continue
         parsed_images[image].declared_size = (w, h)
+        label_counts[json_name] = 0
         read_files += 1
         for n, shape in enumerate(doc["shapes"], 1):
             where = f"{json_name} shape {n}"
@@ -240,12 +249,12 @@ def parse_labelme(
             if not _in_unit(norm):
                 skipped.append((where, f"{kind} of {label[:40]!r} outside the image", SKIP_LABEL))
                 continue
-            raw.append((image, label, kind, _clip(norm)))
+            raw.append((image, label, kind, _clip(norm), json_name))
     names = list(classes)
     for name in sorted({r[1] for r in raw}):
         if name not in names:
             names.append(name)
-    for image, label, kind, xy in raw:
+    for image, label, kind, xy, json_name in raw:
         box = _poly_to_box(xy)
         if box[2] <= 0 or box[3] <= 0:
             skipped.append((image, f"{kind} of {label[:40]!r}: zero-area box", SKIP_LABEL))
@@ -255,8 +264,10 @@ def parse_labelme(
         else:
             parsed = ParsedLabel(names.index(label), LabelKind.BOX, box)
         parsed_images[image].labels.append(parsed)
+        label_counts[json_name] += 1
     return Parsed(
         format="labelme",
+        label_counts=label_counts,
         class_names=names,
         images=parsed_images,
         skipped=skipped,
@@ -399,6 +410,7 @@ def parse_ndjson(
     for image in unlisted:
         parsed_images[image] = ParsedImage(image, split_from_path(image))
     notes.append(f"{len(rows)} image lines read from {source}")
+    label_counts = {source: sum(len(e.labels) for e in parsed_images.values())}
     if unlisted:
         notes.append(f"{len(unlisted)} images not named in {source} imported without labels")
     if not names:
@@ -416,4 +428,5 @@ def parse_ndjson(
         task=ds_task if ds_task in Task.values else None,
         keypoint_shape=kpt_shape if effective == Task.POSE else None,
         notes=notes,
+        label_counts=label_counts,
     )
