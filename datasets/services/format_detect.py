@@ -125,9 +125,7 @@ def _parse(names, read: Reader, tracked: _Tracked, *, task: str, classes: list[s
             images, classes, txts=txts, data_yaml=data_yaml, read=tracked
         )
     if data_yaml is not None or yolo_labels:
-        return parse_yolo(
-            images, txts, data_yaml, tracked, task=task, classes=classes, jsons=jsons
-        )
+        return parse_yolo(images, txts, data_yaml, tracked, task=task, classes=classes, jsons=jsons)
     labelme = [n for n in jsons if layouts.is_labelme(n, read)]
     if labelme:
         return layouts.parse_labelme(images, labelme, tracked, task=task, classes=classes)
@@ -203,8 +201,8 @@ def _why_not_read(name: str, read: Reader, title: str) -> str:
                 keys = ", ".join(sorted(str(k) for k in doc)[:6])
                 seen = f"a JSON object with keys {keys or '(none)'}"
             elif isinstance(doc, list):
-                first = doc[0] if doc else None
-                keys = ", ".join(sorted(str(k) for k in first)[:6]) if isinstance(first, dict) else ""
+                first = doc[0] if doc and isinstance(doc[0], dict) else {}
+                keys = ", ".join(sorted(str(k) for k in first)[:6])
                 seen = f"a JSON list of {len(doc)}" + (f" objects with keys {keys}" if keys else "")
             else:
                 seen = "a JSON value that is not an object or a list"

@@ -68,6 +68,9 @@ class ParsedImage:
     labels: list[ParsedLabel] = field(default_factory=list)
     # COCO/VOC give the image size they were drawn on; the import checks it against the real one.
     declared_size: tuple[int, int] | None = None
+    # Formats that give pixels but no image size (KITTI, CreateML, VIA): the labels' numbers
+    # are pixels of the image, normalised by the import once it has read the image's size.
+    in_pixels: bool = False
 
 
 @dataclass
@@ -123,6 +126,47 @@ def _in_unit(coords: list[float]) -> bool:
 
 def _clip(coords: list[float]) -> list[float]:
     return [min(1.0, max(0.0, c)) for c in coords]
+
+
+def labels_from_pixels(
+    labels: list[ParsedLabel], width: int, height: int, *, kpt_dims: int = 3
+) -> tuple[list[ParsedLabel], list[str]]:
+    """Labels in pixels of a width × height image → normalised ones, and a reason for each
+    refused (outside the image). Keypoints have kpt_dims values each (x, y, visibility)."""
+    out, refused = [], []
+    for label in labels:
+        d = label.data
+        if label.kind == LabelKind.BOX:
+            norm = [d[0] / width, d[1] / height, d[2] / width, d[3] / height]
+            corners = [norm[0] - norm[2] / 2, norm[1] - norm[3] / 2,
+                       norm[0] + norm[2] / 2, norm[1] + norm[3] / 2]  # fmt: skip
+            if not _in_unit(corners):
+                refused.append(f"box outside the {width}×{height} image")
+                continue
+            out.append(ParsedLabel(label.cls, label.kind, _clip(norm)))
+        elif label.kind in (LabelKind.POLYGON, LabelKind.OBB):
+            norm = [v / (width if i % 2 == 0 else height) for i, v in enumerate(d)]
+            limit = OBB_TOLERANCE if label.kind == LabelKind.OBB else EPS
+            if not all(-limit <= v <= 1 + limit for v in norm):
+                refused.append(f"{label.kind} outside the {width}×{height} image")
+                continue
+            kept = norm if label.kind == LabelKind.OBB else _clip(norm)
+            out.append(ParsedLabel(label.cls, label.kind, kept))
+        elif label.kind == LabelKind.KEYPOINTS:
+            box = [d[0] / width, d[1] / height, d[2] / width, d[3] / height]
+            rest, dims = d[4:], kpt_dims
+            kpts = []
+            for i, v in enumerate(rest):
+                j = i % dims
+                kpts.append(v / width if j == 0 else v / height if j == 1 else v)
+            coords = [v for i, v in enumerate(kpts) if i % dims < 2]
+            if not _in_unit(coords):
+                refused.append(f"keypoints outside the {width}×{height} image")
+                continue
+            out.append(ParsedLabel(label.cls, label.kind, _clip(box) + kpts))
+        else:
+            out.append(label)
+    return out, refused
 
 
 def _poly_to_box(xy: list[float]) -> list[float]:

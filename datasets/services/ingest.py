@@ -59,6 +59,7 @@ from datasets.services.formats import (
     LabelFileError,
     Parsed,
     ParsedImage,
+    labels_from_pixels,
 )
 from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
 from datasets.services.import_report import (
@@ -410,8 +411,13 @@ class _Run:
                 )
             )
             return []
+        labels = parsed_image.labels
+        if parsed_image.in_pixels:
+            dims = (self.dataset.keypoint_shape or [0, 3])[1]
+            labels, refused = labels_from_pixels(labels, *size, kpt_dims=dims)
+            self.skipped += [(parsed_image.name, reason, SKIP_LABEL) for reason in refused]
         out = []
-        for label in parsed_image.labels:
+        for label in labels:
             cls = classes[label.cls] if label.cls < len(classes) else None
             if cls is None:
                 self.skipped.append(
