@@ -211,4 +211,19 @@ def _why_not_read(name: str, read: Reader, title: str) -> str:
     else:
         text = data[:2000].decode("utf-8", "replace").strip().splitlines()
         seen = f"its first line is {text[0][:60]!r}" if text else "it is empty"
+        if text and low.endswith(".txt") and _yolo_like(text[0]):
+            seen += (
+                " (YOLO label lines: Kestrel reads them from a labels/ folder beside images/, "
+                "or with a data.yaml)"
+            )
     return f"{lead}: {seen}"
+
+
+def _yolo_like(line: str) -> bool:
+    parts = line.split()
+    if len(parts) < 5 or not parts[0].isdigit():
+        return False
+    try:
+        return all(0 <= float(v) <= 1 for v in parts[1:])
+    except ValueError:
+        return False

@@ -14,6 +14,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
 from datasets.services.formats import (
+    SKIP_EMPTY,
     SKIP_FILE,
     SKIP_IMAGE,
     SKIP_LABEL,
@@ -27,11 +28,12 @@ KIND_TITLES = {
     SKIP_NO_IMAGE: "Label files that matched no image",
     SKIP_LABEL_FILE: "Label files not read",
     SKIP_LABEL: "Labels refused",
+    SKIP_EMPTY: "Label files with no labels",
     SKIP_IMAGE: "Images not imported",
     EMPTY_CLASS: "Classes with no labels",
     SKIP_FILE: "Other files not used",
 }
-LABEL_KINDS = (SKIP_NO_IMAGE, SKIP_LABEL_FILE, SKIP_LABEL)
+LABEL_KINDS = (SKIP_NO_IMAGE, SKIP_LABEL_FILE, SKIP_LABEL, SKIP_EMPTY)
 FILES_SHOWN = 50  # per group on the page; the download has them all
 REASONS_SHOWN = 8
 
@@ -84,6 +86,11 @@ def warning_for(*, images_imported: int, labels_imported: int, found: int) -> st
         )
     if not images_imported:
         return "No image was imported: see what was not imported below."
+    if not labels_imported:
+        return (
+            f"No labels: the upload held no label file, so all {images_imported:,} "
+            f"image{'s' if images_imported != 1 else ''} are imported unlabelled."
+        )
     return ""
 
 
