@@ -85,6 +85,26 @@ def _earlier_runs_deleted(user_id: int) -> None:
     connection.close()
 
 
+def _bench_team(name: str):
+    """Django set up on a media folder of its own, migrated, and a team of the bench's user."""
+    os.environ["MEDIA_ROOT"] = tempfile.mkdtemp(prefix="kestrel-bench-media-")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from billing.plans import plans_seed
+    from workspaces.models import User
+    from workspaces.selectors import workspace_access_for_user
+    from workspaces.services.workspaces import workspace_create_team
+
+    plans_seed()
+    user, _ = User.objects.get_or_create(email="bench@example.com")
+    team = workspace_create_team(user=user, name=f"{name} {time.time():.0f}")
+    return user, workspace_access_for_user(user=user, slug=team.slug)
+
+
 FORMAT_ROWS = ("yolo", "coco", "cvat", "label-studio")
 SMALL = (96, 72)  # small images: the labels, not the pixels, are what these rows compare
 
@@ -181,27 +201,12 @@ def format_row(fmt: str, archive: Path) -> None:
     the whole import. Prints the row as JSON."""
     import json
 
-    media = tempfile.mkdtemp(prefix="kestrel-bench-media-")
-    os.environ["MEDIA_ROOT"] = media
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    from billing.plans import plans_seed
+    user, access = _bench_team(f"bench {fmt}")
+    _earlier_runs_deleted(user.pk)
     from datasets.services.datasets import dataset_create
     from datasets.services.format_detect import detect_and_parse
     from datasets.services.ingest import dataset_import_path
-    from workspaces.models import User
-    from workspaces.selectors import workspace_access_for_user
-    from workspaces.services.workspaces import workspace_create_team
 
-    plans_seed()
-    user, _ = User.objects.get_or_create(email="bench@example.com")
-    _earlier_runs_deleted(user.pk)
-    team = workspace_create_team(user=user, name=f"bench {fmt} {time.time():.0f}")
-    access = workspace_access_for_user(user=user, slug=team.slug)
     with zipfile.ZipFile(archive) as zf:
         names = zf.namelist()
         start = time.perf_counter()
@@ -273,28 +278,14 @@ def main() -> None:
             f"generated {archive.name} ({archive.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s"
         )
 
-    media = tempfile.mkdtemp(prefix="kestrel-bench-media-")
-    os.environ["MEDIA_ROOT"] = media
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    user, access = _bench_team("bench")
     from django.db import connection
 
-    call_command("migrate", verbosity=0)
-    from billing.plans import plans_seed
     from datasets.models import Blob
     from datasets.services.datasets import dataset_create
     from datasets.services.ingest import dataset_import_path
     from datasets.services.thumbnails import thumbnails_make
-    from workspaces.models import User
-    from workspaces.selectors import workspace_access_for_user
-    from workspaces.services.workspaces import workspace_create_team
 
-    plans_seed()
-    user, _ = User.objects.get_or_create(email="bench@example.com")
-    team = workspace_create_team(user=user, name=f"bench {time.time():.0f}")
-    access = workspace_access_for_user(user=user, slug=team.slug)
     # Start clean: earlier runs' rows would make every blob "already known" and thumbnailed.
     # This and the bare loop run in a process of their own, so that their memory (deleting a
     # dataset of 100,000 images loads its rows) is not counted as the import's.

@@ -30,7 +30,7 @@ from workspaces.selectors import WorkspaceAccess
 MAX_FILE_LIST_BYTES = 16 * 1024 * 1024
 ACCEPT = (
     "image/*,.jpg,.jpeg,.png,.webp,.bmp,.tif,.tiff,.mpo,.jfif,"
-    ".txt,.yaml,.yml,.json,.xml,.zip,.tar,.gz,.tgz,"
+    ".txt,.yaml,.yml,.json,.xml,.csv,.ndjson,.names,.data,.zip,.tar,.gz,.tgz,"
     "video/*,.mp4,.m4v,.mov,.mkv,.webm,.avi"
 )
 FILES_SHOWN = 100
