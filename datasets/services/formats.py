@@ -15,6 +15,7 @@ from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 
 from datasets.models import LabelKind, Split, Task
+from datasets.services.masks import coco_rle_decode, mask_box, mask_to_polygons
 
 MAX_LABEL_FILE_BYTES = 1 * 1024 * 1024
 MAX_META_FILE_BYTES = 256 * 1024 * 1024  # a COCO json of a large dataset
@@ -526,6 +527,7 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
     notes: list[str] = []
     kpt_shape = None
     label_counts: dict[str, int] = {}
+    rle = {"masks": 0, "polygons": 0, "crowd": 0}  # RLE masks traced for a segment dataset
     for coco_name in sorted(coco_files):
         try:
             doc = json.loads(_text(read, coco_name, MAX_META_FILE_BYTES))
@@ -608,13 +610,20 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
                 )
                 continue
             try:
-                found = _coco_labels(ann, cat_index[ann["category_id"]], entry, task)
+                found = _coco_labels(ann, cat_index[ann["category_id"]], entry, task, rle=rle)
                 entry.labels.extend(found)
                 label_counts[coco_name] += len(found)
             except ValueError as e:
                 skipped.append((where, f"label {e}", SKIP_LABEL))
     for p in images:
         parsed_images.setdefault(p, ParsedImage(p, split_from_path(p)))
+    if rle["masks"]:
+        crowd = f", {rle['crowd']} of them crowd regions (iscrowd 1)" if rle["crowd"] else ""
+        notes.append(
+            f"{rle['masks']} RLE mask{'s' if rle['masks'] != 1 else ''}{crowd} became "
+            f"{rle['polygons']} polygon{'s' if rle['polygons'] != 1 else ''}: one per region "
+            "of each mask, regions under 4 pixels left out, holes filled"
+        )
     return Parsed(
         format="coco",
         class_names=names,
@@ -627,9 +636,25 @@ def parse_coco(images, coco_files, read: Reader, *, task: str, classes: list[str
     )
 
 
-def _coco_labels(ann: dict, cls: int, entry: ParsedImage, task: str) -> list[ParsedLabel]:
+def _coco_labels(
+    ann: dict, cls: int, entry: ParsedImage, task: str, *, rle: dict | None = None
+) -> list[ParsedLabel]:
+    """One COCO annotation's labels. A segmentation given as RLE ({"size": [h, w], "counts"})
+    becomes a polygon per region of its mask in a segment dataset; `rle` counts them."""
     w, h = entry.declared_size
     seg = ann.get("segmentation")
+    mask = None
+    if isinstance(seg, dict) and (task == Task.SEGMENT or not isinstance(ann.get("bbox"), list)):
+        # Only RLE segmentations need masks.py (OpenCV, NumPy).
+
+        if seg.get("size") != [h, w]:
+            raise ValueError(f"RLE mask of size {seg.get('size')!r}, not the image's [{h}, {w}]")
+        mask = coco_rle_decode(seg)
+        if not isinstance(ann.get("bbox"), list):
+            found = mask_box(mask)
+            if found is None:
+                raise ValueError("an empty RLE mask and no bbox")
+            ann = {**ann, "bbox": [found[0], found[1], found[2] - found[0], found[3] - found[1]]}
     if task == Task.OBB and isinstance(seg, list) and len(seg) == 1 and isinstance(seg[0], list):
         xy = _finite([str(v) for v in seg[0]])
         if len(xy) == 8:  # an oriented box: its four corners
@@ -646,6 +671,17 @@ def _coco_labels(ann: dict, cls: int, entry: ParsedImage, task: str) -> list[Par
     if not _in_unit(corners) or bw <= 0 or bh <= 0:
         raise ValueError("box outside the image or empty")
     box = _clip(box)
+    if task == Task.SEGMENT and mask is not None:
+        polygons = mask_to_polygons(mask)
+        if not polygons:
+            raise ValueError("RLE mask with no region of 4 pixels or more")
+        norm = [[v / (w if i % 2 == 0 else h) for i, v in enumerate(p)] for p in polygons]
+        out = [ParsedLabel(cls, LabelKind.POLYGON, _clip(xy)) for xy in norm]
+        if rle is not None:
+            rle["masks"] += 1
+            rle["polygons"] += len(out)
+            rle["crowd"] += 1 if ann.get("iscrowd") else 0
+        return out
     if task == Task.SEGMENT and isinstance(ann.get("segmentation"), list):
         out = []
         for poly in ann["segmentation"]:
