@@ -68,7 +68,8 @@ def version_create(request: HttpRequest, dataset_id: int, payload: VersionIn):
 def dataset_export(
     request: HttpRequest, dataset_id: int, format: str = "yolo", version: int | None = None
 ):
-    """A zip of the dataset (or of version `version`, exactly as saved) as YOLO or COCO."""
+    """A zip of the dataset (or of version `version`, exactly as saved) in `format`: yolo, coco,
+    ndjson, cvat (CVAT for images 1.1) or label-studio (Label Studio JSON)."""
     access, dataset = selectors.dataset_access_for_caller(
         auth=request.auth, user=request.user, pk=dataset_id
     )

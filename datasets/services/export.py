@@ -22,7 +22,7 @@ from core.errors import ServiceError
 from datasets.models import Blob, Dataset, DatasetVersion, LabelKind, Split, Task
 from datasets.services.versions import manifest_build, version_manifest_load
 
-FORMATS = ("yolo", "coco", "ndjson")
+FORMATS = ("yolo", "coco", "ndjson", "cvat", "label-studio")
 EXTENSIONS = {
     "image/jpeg": ".jpg",
     "image/png": ".png",
@@ -411,6 +411,19 @@ def export_run(
         return export_coco(dataset=dataset, version=version)
     if fmt == "ndjson":
         return export_ndjson(dataset=dataset, version=version)
+    if fmt in ("cvat", "label-studio"):
+        # Labelling tools' formats: their writers take this module's helpers as arguments.
+        from datasets.services.export_tools import WRITERS, ExportHelpers
+
+        helpers = ExportHelpers(
+            image_names=_image_names,
+            splits_present=_splits_present,
+            write_blob=_write_blob,
+            write_text=_write_text,
+            task_values=_yolo_values,
+        )
+        writer = WRITERS[fmt]
+        return _export(lambda zf, manifest: writer(zf, manifest, helpers), dataset, version)
     raise ServiceError(
         f"Export formats are {', '.join(FORMATS[:-1])} and {FORMATS[-1]}, not “{fmt[:20]}”."
     )
