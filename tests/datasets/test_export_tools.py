@@ -584,9 +584,9 @@ def test_an_export_imports_back_as_the_same_labels(team, tmp_path, fmt, task):
     target = _export_and_import(team, tmp_path, source, fmt)
     if task == Task.POSE:
         assert target.keypoint_shape == [3, 3]
-    # Label Studio has no occluded keypoint: the export marks one `hidden` (as
-    # label_studio_sdk's COCO import does), which the importer may read as visible.
-    _assert_same_shapes(source, target, occluded_seen=fmt == "label-studio")
+    # Label Studio has no occluded keypoint: the export marks one `hidden`, and the import
+    # reads it back as occluded (as label_studio_sdk's COCO import does).
+    _assert_same_shapes(source, target)
     names = [c.name for c in target.classes.order_by("index")]
     if fmt == "cvat":  # its meta lists the labels in order; Label Studio's JSON lists none
         assert names == ["cat", "dog"]
@@ -628,13 +628,8 @@ def test_coco8_pose_through_cvat_keeps_every_keypoint_and_boxes_the_ones_there(t
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=False,
-    reason="formats_labelstudio.py numbers keypoints in the order their names first appear: "
-    "coco8-pose's first person has no kp3, so kp3 comes back last (index 16)",
-)
 def test_coco8_pose_through_label_studio_keeps_every_keypoint_in_its_place(team, tmp_path):
     source = sample_dataset(team, Task.POSE)
     target = _export_and_import(team, tmp_path, source, "label-studio")
     assert target.keypoint_shape == [17, 3]
-    _assert_same_shapes(source, target, occluded_seen=True)
+    _assert_same_shapes(source, target)
