@@ -321,3 +321,19 @@ def test_image_named_in_the_xml_but_not_uploaded(team, tmp_path):
     dataset, imp = _import(team, zip_of(files, tmp_path / "x.zip"))
     assert ("annotations.xml image gone.jpg", "not in the upload (1 shapes on it not imported)",
             "no_image") in _skipped(imp)  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_an_entity_bomb_is_refused_not_expanded(team, tmp_path):
+    lol = "".join(f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 9))
+    xml = (
+        f'<?xml version="1.0"?><!DOCTYPE annotations [<!ENTITY l0 "lol">{lol}]>'
+        '<annotations><version>1.1</version><image id="0" name="a.jpg" width="64" height="48">'
+        '<tag label="&l8;"/></image></annotations>'
+    ).encode()
+    files = {"annotations.xml": xml, "images/a.jpg": jpeg_bytes()}
+    dataset, imp = _import(team, zip_of(files, tmp_path / "x.zip"))
+    assert imp.status == ImportStatus.SUCCEEDED, imp.error
+    kind, reason = next((k, r) for f, r, k in _skipped(imp) if f == "annotations.xml")
+    assert kind == "label_file" and reason.startswith("unreadable XML (EntitiesForbidden")
+    assert imp.report["labels_imported"] == 0
