@@ -4,6 +4,7 @@ Parsers see only entry names and a reader for small text files; images are read 
 time. Every label comes out normalised to 0..1 of the image, whatever the source format.
 """
 
+import itertools
 import json
 import math
 import posixpath
@@ -40,6 +41,8 @@ LABEL_LOOKING_SUFFIXES = (".txt", ".json", ".xml", ".csv", ".ndjson")
 EPS = 1e-6
 # Rotated boxes at an image edge may put a corner slightly outside it (DOTA does): allowed.
 OBB_TOLERANCE = 0.1
+# Labels in pixels may pass an edge by this much (pixel rounding): clipped, not refused.
+PIXEL_TOLERANCE = 1.0
 
 
 # What a skipped entry was; the import report groups by it (datasets/services/import_report.py).
@@ -133,22 +136,34 @@ def labels_from_pixels(
     labels: list[ParsedLabel], width: int, height: int, *, kpt_dims: int = 3
 ) -> tuple[list[ParsedLabel], list[str]]:
     """Labels in pixels of a width × height image → normalised ones, and a reason for each
-    refused (outside the image). Keypoints have kpt_dims values each (x, y, visibility)."""
+    refused (outside the image). Keypoints have kpt_dims values each (x, y, visibility).
+    A box or polygon up to PIXEL_TOLERANCE past an edge is clipped to it: exports that round
+    to whole pixels (Roboflow's CreateML: centre and size) put an edge half a pixel out."""
     out, refused = [], []
+    tx, ty = PIXEL_TOLERANCE / width, PIXEL_TOLERANCE / height
     for label in labels:
         d = label.data
         if label.kind == LabelKind.BOX:
-            norm = [d[0] / width, d[1] / height, d[2] / width, d[3] / height]
-            corners = [norm[0] - norm[2] / 2, norm[1] - norm[3] / 2,
-                       norm[0] + norm[2] / 2, norm[1] + norm[3] / 2]  # fmt: skip
-            if not _in_unit(corners):
+            x1, x2 = (d[0] - d[2] / 2) / width, (d[0] + d[2] / 2) / width
+            y1, y2 = (d[1] - d[3] / 2) / height, (d[1] + d[3] / 2) / height
+            if not (-tx <= x1 and x2 <= 1 + tx and -ty <= y1 and y2 <= 1 + ty):
                 refused.append(f"box outside the {width}×{height} image")
                 continue
-            out.append(ParsedLabel(label.cls, label.kind, _clip(norm)))
+            x1, y1, x2, y2 = _clip([x1, y1, x2, y2])
+            if x2 <= x1 or y2 <= y1:
+                refused.append(f"box on the edge of the {width}×{height} image, with no area in it")
+                continue
+            box = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]
+            out.append(ParsedLabel(label.cls, label.kind, box))
         elif label.kind in (LabelKind.POLYGON, LabelKind.OBB):
             norm = [v / (width if i % 2 == 0 else height) for i, v in enumerate(d)]
-            limit = OBB_TOLERANCE if label.kind == LabelKind.OBB else EPS
-            if not all(-limit <= v <= 1 + limit for v in norm):
+            if label.kind == LabelKind.OBB:
+                inside = all(-OBB_TOLERANCE <= v <= 1 + OBB_TOLERANCE for v in norm)
+            else:
+                inside = all(
+                    -t <= v <= 1 + t for v, t in zip(norm, itertools.cycle((tx, ty)), strict=False)
+                )
+            if not inside:
                 refused.append(f"{label.kind} outside the {width}×{height} image")
                 continue
             kept = norm if label.kind == LabelKind.OBB else _clip(norm)
