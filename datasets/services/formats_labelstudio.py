@@ -243,7 +243,7 @@ def _coordinate(v) -> float:
 
 
 def _in_image(norm: list[float], tolerance: float = EDGE_TOLERANCE) -> bool:
-    return all(-tolerance <= v <= 1 + tolerance for v in norm)
+    return min(norm) >= -tolerance and max(norm) <= 1 + tolerance
 
 
 def _clipped(norm: list[float]) -> list[float]:
@@ -302,14 +302,15 @@ class _Reader:
         folders."""
         ref = ref.strip().replace("\\", "/")
         try:
-            parts = urlsplit(ref)
+            # Label Studio's own uploads are the common case: no URL to take apart.
+            parts = None if ref.startswith("/data/upload/") else urlsplit(ref)
         except ValueError:
             return None, "is not a path or URL Kestrel can read"
-        if "?d=" in ref:
+        if parts is not None and "?d=" in ref:
             kind, path = "local-files paths (?d=)", (parse_qs(parts.query).get("d") or [""])[0]
         elif ref.startswith("/data/upload/"):
             kind, path = "upload paths (/data/upload/)", unquote(ref[len("/data/upload/") :])
-        elif parts.scheme and parts.netloc:
+        elif parts is not None and parts.scheme and parts.netloc:
             kind, path = "URLs", unquote(parts.path)
         else:
             kind, path = "paths", unquote(ref)
@@ -557,6 +558,8 @@ class _Reader:
                 self.found.append((file, image, name, kind, data))
 
     def _clip(self, norm: list[float]) -> list[float]:
+        if min(norm) >= 0.0 and max(norm) <= 1.0:
+            return norm  # the common case, inside the image
         kept = _clipped(norm)
         if any(abs(a - b) > 1e-9 for a, b in zip(norm, kept, strict=True)):
             self.said["clipped"] += 1
