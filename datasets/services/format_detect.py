@@ -41,28 +41,7 @@ from datasets.services.formats import (
     split_from_path,
 )
 from datasets.services.images import looks_like_image
-
-# What the report and the README call each format.
-FORMAT_TITLES = {
-    "yolo": "Ultralytics YOLO",
-    "coco": "COCO",
-    "voc": "Pascal VOC",
-    "cvat-yolo": "CVAT YOLO 1.1",
-    "cvat-images": "CVAT for images 1.1",
-    "cvat-video": "CVAT for video 1.1",
-    "label-studio": "Label Studio JSON",
-    "label-studio-min": "Label Studio JSON-MIN",
-    "labelme": "LabelMe",
-    "ndjson": "Ultralytics NDJSON",
-    "datumaro": "Datumaro",
-    "supervisely": "Supervisely",
-    "via": "VGG Image Annotator (VIA)",
-    "createml": "CreateML",
-    "kitti": "KITTI",
-    "openimages": "Open Images CSV",
-    "classification-folders": "classification folders",
-    "images": "images only",
-}
+from datasets.services.import_report import FORMAT_TITLES
 
 # A labelling tool's export of its own kind: claim(names, read) → the files that are its
 # annotations (empty: not this format); parse(images, files, read, *, task, classes, names).

@@ -22,6 +22,33 @@ from datasets.services.formats import (
     SKIP_NO_IMAGE,
 )
 
+# What the report and the README call each format.
+FORMAT_TITLES = {
+    "yolo": "Ultralytics YOLO",
+    "coco": "COCO",
+    "voc": "Pascal VOC",
+    "cvat-yolo": "CVAT YOLO 1.1",
+    "cvat-images": "CVAT for images 1.1",
+    "cvat-video": "CVAT for video 1.1",
+    "label-studio": "Label Studio JSON",
+    "label-studio-min": "Label Studio JSON-MIN",
+    "labelme": "LabelMe",
+    "ndjson": "Ultralytics NDJSON",
+    "datumaro": "Datumaro",
+    "supervisely": "Supervisely",
+    "via": "VGG Image Annotator (VIA)",
+    "createml": "CreateML",
+    "kitti": "KITTI",
+    "openimages": "Open Images CSV",
+    "classification-folders": "classification folders",
+    "images": "images only",
+}
+
+
+def format_title(fmt: str) -> str:
+    return FORMAT_TITLES.get(fmt, fmt)
+
+
 EMPTY_CLASS = "empty_class"
 # In the order the page shows them: what loses labels first.
 KIND_TITLES = {

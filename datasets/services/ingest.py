@@ -49,7 +49,7 @@ from datasets.services.archive import (
     is_nested_archive,
     safe_name,
 )
-from datasets.services.format_detect import FORMAT_TITLES, detect_and_parse
+from datasets.services.format_detect import detect_and_parse
 from datasets.services.formats import (
     LABEL_SUFFIXES,
     MAX_META_FILE_BYTES,
@@ -348,7 +348,6 @@ class _Run:
         found = labels_found(self.skipped, counts["labels"])
         return {
             "format": parsed.format,
-            "format_title": FORMAT_TITLES.get(parsed.format, parsed.format),
             "notes": parsed.notes[:MAX_NOTES],
             "images_imported": counts["images"],
             "labels_imported": counts["labels"],

@@ -28,6 +28,7 @@ from core.errors import ServiceError
 from core.storage import storage_delete, storage_local_path, storage_put
 from core.tasks import task_send_on_commit
 from datasets.models import Dataset, Import, ImportStatus, UploadChunk
+from datasets.services.import_report import format_title
 from datasets.services.video import video_fps_check
 from workspaces.models import User
 from workspaces.permissions import Perm
@@ -421,6 +422,10 @@ class ReportView:
     warning: str = ""
     notes: list[str] = dataclass_field(default_factory=list)
     not_imported: list["NotImportedGroup"] = dataclass_field(default_factory=list)
+
+    @property
+    def format_title(self) -> str:
+        return format_title(self.format)
 
     @property
     def skipped_not_listed(self) -> int:
