@@ -1,7 +1,8 @@
 """Recognise what an upload holds (from its entry names, and a peek at small files) and hand
 it to the parser of its layout: formats.py's (YOLO, COCO, VOC, classification folders),
 formats_layouts.py's (CVAT YOLO 1.1, LabelMe, Ultralytics NDJSON) or a labelling tool's own
-export (CVAT XML, Label Studio, Datumaro, Supervisely, VIA, CreateML, KITTI, Open Images).
+export (tool_formats/: CVAT XML, Label Studio, Datumaro, Supervisely, VIA, CreateML, KITTI, Open
+Images).
 
 Then the importer's rule, the same for every format: a file that looks like labels (XML, JSON,
 TXT, CSV) and gave no label is in the report, with the format it was taken for and why nothing
@@ -17,11 +18,7 @@ from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 
 from datasets.models import Task
-from datasets.services import formats_cvat as cvat
-from datasets.services import formats_kitti as kitti
-from datasets.services import formats_labelstudio as labelstudio
 from datasets.services import formats_layouts as layouts
-from datasets.services import formats_more as more
 from datasets.services.formats import (
     LABEL_LOOKING_SUFFIXES,
     MAX_LABEL_FILE_BYTES,
@@ -42,6 +39,16 @@ from datasets.services.formats import (
 )
 from datasets.services.images import looks_like_image
 from datasets.services.import_report import FORMAT_TITLES
+from datasets.services.tool_formats import (
+    createml,
+    cvat,
+    datumaro,
+    kitti,
+    labelstudio,
+    openimages,
+    supervisely,
+    via,
+)
 
 # A labelling tool's export of its own kind: claim(names, read) → the files that are its
 # annotations (empty: not this format); parse(images, files, read, *, task, classes, names).
@@ -50,12 +57,12 @@ Claim = Callable[[list[str], Reader], list[str]]
 TOOL_FORMATS: list[tuple[Claim, Callable[..., Parsed]]] = [
     (cvat.claim_cvat_xml, cvat.parse_cvat_xml),
     (labelstudio.claim_label_studio, labelstudio.parse_label_studio),
-    (more.claim_datumaro, more.parse_datumaro),
-    (more.claim_supervisely, more.parse_supervisely),
-    (more.claim_via, more.parse_via),
-    (more.claim_createml, more.parse_createml),
+    (datumaro.claim_datumaro, datumaro.parse_datumaro),
+    (supervisely.claim_supervisely, supervisely.parse_supervisely),
+    (via.claim_via, via.parse_via),
+    (createml.claim_createml, createml.parse_createml),
     (kitti.claim_kitti, kitti.parse_kitti),
-    (kitti.claim_openimages, kitti.parse_openimages),
+    (openimages.claim_openimages, openimages.parse_openimages),
 ]
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from datasets.models import Image, ImportStatus, Label
-from datasets.services.formats_kitti import claim_kitti, claim_openimages
+from datasets.services.tool_formats.kitti import claim_kitti
+from datasets.services.tool_formats.openimages import claim_openimages
 from tests.datasets.archives import jpeg_bytes, zip_folder, zip_of
 from tests.datasets.test_ingest import _import
 

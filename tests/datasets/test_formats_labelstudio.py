@@ -12,8 +12,8 @@ import pytest
 from PIL import Image as PILImage
 
 from datasets.models import Dataset, Image, ImportStatus, Label
-from datasets.services.formats_labelstudio import claim_label_studio
 from datasets.services.masks import label_studio_rle_encode
+from datasets.services.tool_formats.labelstudio import claim_label_studio
 from tests.datasets.archives import jpeg_bytes, zip_of
 from tests.datasets.test_ingest import _import
 

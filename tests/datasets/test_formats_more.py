@@ -14,9 +14,12 @@ import pytest
 from PIL import Image as PILImage
 
 from datasets.models import Image, ImportStatus, Label
-from datasets.services import formats_more as more
 from datasets.services.format_detect import detect_and_parse
 from datasets.services.formats import LabelFileError
+from datasets.services.tool_formats.createml import claim_createml
+from datasets.services.tool_formats.datumaro import claim_datumaro
+from datasets.services.tool_formats.supervisely import claim_supervisely
+from datasets.services.tool_formats.via import claim_via
 from tests.datasets.archives import jpeg_bytes, zip_of
 from tests.datasets.test_ingest import _import
 
@@ -318,7 +321,7 @@ def test_datumaro_does_not_take_coco_in_an_annotations_folder():
         "categories": [{"id": 1, "name": "cat"}],
     }
     files = {"annotations/instances_train.json": coco, "images/a.jpg": b"x"}
-    assert more.claim_datumaro(list(files), _reader(_encoded(files))) == []
+    assert claim_datumaro(list(files), _reader(_encoded(files))) == []
     assert _detect(files).format == "coco"
 
 
@@ -757,7 +760,7 @@ def test_claims_leave_other_formats_alone(doc):
     files = {"export.json": json.dumps(doc).encode(), "a.jpg": b"x"}
     read = _reader(files)
     names = list(files)
-    for claim in (more.claim_datumaro, more.claim_supervisely, more.claim_via, more.claim_createml):
+    for claim in (claim_datumaro, claim_supervisely, claim_via, claim_createml):
         assert claim(names, read) == [], claim.__name__
 
 
@@ -771,20 +774,20 @@ def test_per_image_json_files_are_not_peeked_at_for_whole_dataset_formats():
         read_names.append(name)
         return files[name]
 
-    assert more.claim_via(list(files), read) == []
-    assert more.claim_createml(list(files), read) == []
+    assert claim_via(list(files), read) == []
+    assert claim_createml(list(files), read) == []
     assert read_names == []
 
 
 def test_supervisely_claim_needs_meta_json_beside_ann_folders():
     files = {"meta.json": _SLY_META, "ds/ann/a.jpg.json": _sly_ann([]), "ds/img/a.jpg": b"x"}
     encoded = _encoded(files)
-    assert more.claim_supervisely(list(encoded), _reader(encoded)) == [
+    assert claim_supervisely(list(encoded), _reader(encoded)) == [
         "meta.json",
         "ds/ann/a.jpg.json",
     ]
     del encoded["meta.json"]
-    assert more.claim_supervisely(list(encoded), _reader(encoded)) == []
+    assert claim_supervisely(list(encoded), _reader(encoded)) == []
 
 
 def test_bad_json_is_reported_per_file():

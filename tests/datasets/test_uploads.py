@@ -669,7 +669,7 @@ def test_import_page_polls_while_running_and_shows_the_report_once_done(client, 
     )
     partial = client.get(url, headers={"HX-Request": "true"}).content.decode()
     assert "hx-trigger" not in partial  # final: polling stops
-    assert "Imported" in partial and "yolo" in partial
+    assert "Imported" in partial and "Ultralytics YOLO" in partial
     assert "<td>items</td><td>3</td>" in partial  # a class named "items" stays a class
     assert "<td>person</td><td>12</td>" in partial and "&lt;b&gt;bold&lt;/b&gt;" in partial
     assert "<td>train</td><td>4</td>" in partial
