@@ -1,8 +1,10 @@
 import importlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from django.conf import settings
 from django.core.cache import cache
@@ -41,6 +43,46 @@ SLOW_FIXTURES = {
     "published_weights",
     "model_server",
 }
+
+
+# Every process the run starts inherits this mark in its environment. A dedicated endpoint's
+# model server is detached on purpose (it outlives the worker that started it), so a test that
+# deploys one can leave it running; when the whole run ends, whatever still carries the mark
+# is ended, so `make test` leaves no process behind.
+RUN_MARK = "KESTREL_TEST_RUN"
+
+
+def pytest_configure(config):
+    os.environ.setdefault(RUN_MARK, f"{os.getpid()}-{time.time_ns()}")
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the others may still run; the controller ends what is left
+    mark = os.environ.get(RUN_MARK)
+    left, names = [], set()
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(RUN_MARK) == mark:
+                left.append(proc)
+                names.add(" ".join(proc.cmdline())[:100])
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    for proc in left:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(left, timeout=10)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    if left:
+        print(f"\nEnded {len(left)} process(es) the run left running: {sorted(names)[:5]}")
 
 
 def pytest_collection_modifyitems(config, items):
