@@ -745,3 +745,19 @@ def test_real_export_with_urls_and_predictions(team, tmp_path):
     assert "2 predictions and 0 drafts left out" in notes
     assert "2 URLs by file name" in notes
     assert "1 regions reaching past the image's edge cut at the edge" in notes
+
+
+def test_the_claim_does_not_read_a_json_file_per_image():
+    """An upload of LabelMe files (one JSON beside each image) is not read once more to ask
+    whether it is Label Studio's."""
+    from datasets.services.tool_formats.labelstudio import claim_label_studio
+
+    names = [f"ann/{i}.json" for i in range(500)] + [f"ann/{i}.jpg" for i in range(500)]
+    reads = []
+
+    def read(name, limit):
+        reads.append(name)
+        return json.dumps({"version": "5", "shapes": [], "imagePath": name}).encode()
+
+    assert claim_label_studio(names, read) == []
+    assert reads == []

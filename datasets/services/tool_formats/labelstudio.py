@@ -35,7 +35,7 @@ from datasets.services.formats import (
     Reader,
     _text,
 )
-from datasets.services.tool_formats.common import list_or_empty
+from datasets.services.tool_formats.common import MAX_PEEKED, json_not_per_image, list_or_empty
 from datasets.services.tool_formats.labelstudio_match import (
     MIN_META_KEYS,
     Result,
@@ -53,8 +53,14 @@ from datasets.services.tool_formats.labelstudio_regions import TaskReader
 
 
 def claim_label_studio(names: list[str], read: Reader) -> list[str]:
-    """The upload's Label Studio JSON and JSON-MIN files."""
-    return [n for n in sorted(names) if n.lower().endswith(".json") and peek(n, read)]
+    """The upload's Label Studio JSON and JSON-MIN files. Only the shallowest MAX_PEEKED JSON
+    files not named like an image are opened to decide (an upload of 100,000 LabelMe files is
+    not read once more here); when one is Label Studio's, the others are looked at too (its
+    target storages write one task a file)."""
+    candidates = json_not_per_image(names)
+    if not any(peek(n, read) for n in candidates[:MAX_PEEKED]):
+        return []
+    return [n for n in sorted(candidates) if peek(n, read)]
 
 
 # --- reading -------------------------------------------------------------------------------------
