@@ -295,6 +295,9 @@ CELERY_BEAT_SCHEDULE = {
 # A long job's lease: renewed every third of it while the worker lives, reaped once it ran out.
 LONG_JOB_LEASE_SECONDS = env.float("LONG_JOB_LEASE_SECONDS", default=90.0)
 LONG_JOB_MAX_ATTEMPTS = env.int("LONG_JOB_MAX_ATTEMPTS", default=3)
+# A long job whose database connection fails (a restart, a failover) connects again and goes
+# on, for as long as the database has been away less than this; then it goes back to the queue.
+LONG_JOB_DB_RETRY_SECONDS = env.float("LONG_JOB_DB_RETRY_SECONDS", default=45.0)
 
 INVITATION_MAX_AGE = timedelta(days=14)
 DATASET_MAX_IMAGE_PIXELS = env.int("DATASET_MAX_IMAGE_PIXELS", default=64_000_000)
@@ -314,6 +317,17 @@ TRAINING_HEARTBEAT_SECONDS = env.float("TRAINING_HEARTBEAT_SECONDS", default=10.
 # for this long is marked lost; its console alone speaks every few seconds while it trains.
 TRAINING_EXTERNAL_SILENT_SECONDS = env.float("TRAINING_EXTERNAL_SILENT_SECONDS", default=900.0)
 TRAINING_MAX_ATTEMPTS = 3
+# A trainer that makes no progress (no batch, validation batch or epoch) for longer than its own
+# pace allows is hung: its attempt ends and the job resumes from its checkpoint. The allowance
+# is FACTOR times the longest gap between its progress so far, never under FLOOR nor over
+# CEILING seconds; a phase of unknown length (starting, the first validation, the final one)
+# gets the ceiling.
+TRAINING_STALL_FLOOR_SECONDS = env.float("TRAINING_STALL_FLOOR_SECONDS", default=60.0)
+TRAINING_STALL_CEILING_SECONDS = env.float("TRAINING_STALL_CEILING_SECONDS", default=1800.0)
+TRAINING_STALL_FACTOR = env.float("TRAINING_STALL_FACTOR", default=10.0)
+# Checkpoints in a row that could not be stored (a full disk) before the run stops, keeping the
+# last one that was: it goes on from there when a person resumes it.
+TRAINING_CHECKPOINT_STORE_FAILURES = env.int("TRAINING_CHECKPOINT_STORE_FAILURES", default=3)
 # Providers this server may use: "local" (this machine) always; cloud ones when configured.
 TRAINING_PROVIDERS = env.list("TRAINING_PROVIDERS", default=["local"])
 # SkyPilot (pip install -e '.[cloud]'; TRAINING_PROVIDERS=local,skypilot): what each GPU type

@@ -69,6 +69,14 @@ class Batch(_Data):
     first: bool = False
 
 
+class ValBatch(_Data):
+    """A batch of a validation: the one after an epoch (`epoch`), or the final one of best.pt."""
+
+    epoch: Annotated[int, Field(ge=0, le=MAX_EPOCHS)]
+    batch: Count
+    batches: Count
+
+
 class Epoch(_Data):
     epoch: EpochNumber
     epochs: EpochNumber | None = None
@@ -149,6 +157,7 @@ EVENT_KINDS: dict[str, type[_Data]] = {
     "started": Started,
     "train_start": TrainStart,
     "batch": Batch,
+    "val_batch": ValBatch,
     "epoch": Epoch,
     "checkpoint": Checkpoint,
     "log": Log,

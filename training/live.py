@@ -60,6 +60,9 @@ _JOB_FIELDS = (  # what job_state_dict reads
     "cancel_requested_at",
     "heartbeat_at",
     "lost_attempts",
+    "progress_at",
+    "stall_seconds",
+    "notice",
 )
 
 

@@ -104,9 +104,13 @@ def billing_start(attempt: TrainingAttempt) -> datetime | None:
     return None
 
 
-def meter(attempt_id: int, until: datetime) -> str | None:
+def meter(attempt_id: int, until: datetime, *, holder: str | None = None) -> str | None:
     """Capture the attempt's machine time up to `until`, then make sure the next slice is held.
-    Returns why the job must stop (its budget cap, or credits run out), or None."""
+    Returns why the job must stop (its budget cap, or credits run out), or None.
+
+    An ended attempt is sealed: it is never charged again. With `holder` (a supervisor's
+    worker name), nothing is charged unless the job's lease is still that worker's: a
+    supervisor that was frozen, given up on and thawed must not charge for the time it lost."""
     with transaction.atomic():
         attempt = (
             # Not the GPU type's row: it may be empty (an external job), and PostgreSQL locks
@@ -116,7 +120,9 @@ def meter(attempt_id: int, until: datetime) -> str | None:
             .get(pk=attempt_id)
         )
         job = attempt.job
-        if not metered(job):
+        if not metered(job) or attempt.ended_at is not None:
+            return None
+        if holder is not None and job.lease_owner != holder:
             return None
         start = billing_start(attempt)
         due_seconds = max(0.0, (until - start).total_seconds()) if start else 0.0

@@ -205,6 +205,12 @@ class TrainingJob(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The trainer's last progress (a batch, an epoch) as its supervisor last wrote it, and how
+    # long the run's pace lets it be silent before it is taken for hung (training.watchdog).
+    progress_at = models.DateTimeField(null=True, blank=True)
+    stall_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # What the run should know while it goes on (a checkpoint that could not be stored).
+    notice = models.TextField(blank=True)
     stop_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     device = models.CharField(max_length=200, blank=True, help_text="What it really ran on.")

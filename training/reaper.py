@@ -7,6 +7,7 @@ lost. The row owns the state, with a lease its supervisor renews (Read the Docs'
 import socket
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -23,6 +24,7 @@ def jobs_reap() -> int:
     queued jobs whose message was lost. Returns how many jobs it touched."""
     now = timezone.now()
     silent = now - timedelta(seconds=lease_seconds())
+    heartbeat = settings.TRAINING_HEARTBEAT_SECONDS
     touched = 0
     stale = TrainingJob.objects.filter(state__in=ACTIVE_STATES, heartbeat_at__lt=silent)
     for job_id in stale.values_list("pk", flat=True):
@@ -34,10 +36,15 @@ def jobs_reap() -> int:
             message = (
                 f"No heartbeat from {job.lease_owner or 'its worker'} since {since:%H:%M:%S} UTC."
             )
+            # Machine time up to its last sign of life, and no further than its trainer's last
+            # progress and a heartbeat (a trainer that hung before its supervisor died).
+            until = since
+            if job.progress_at:
+                until = min(since, job.progress_at + timedelta(seconds=heartbeat))
             for attempt in TrainingAttempt.objects.filter(job=job, ended_at__isnull=True):
-                meter(attempt.pk, since)  # machine time up to its last sign of life
+                meter(attempt.pk, until)
                 attempt.refresh_from_db(fields=["billed_seconds"])
-                attempt.ended_at = since
+                attempt.ended_at = until
                 attempt.end_reason = AttemptEnd.LOST
                 attempt.message = message
                 attempt.save(update_fields=["ended_at", "end_reason", "message"])

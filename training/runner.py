@@ -35,6 +35,9 @@ from training.weights_check import UnsafeWeights, checkpoint_loading_restrict, w
 FENCED = 75
 BATCH_EVENTS_PER_SECOND = 4
 CONTROL_CHECK_SECONDS = 0.5
+# Events that only say how far the run is: the next one says it again, so none is kept on disk
+# or sent twice.
+PROGRESS_ONLY = frozenset(("batch", "val_batch"))
 LOG_FLUSH_SECONDS = 0.5
 STREAM_MAXLEN = 50_000
 # While Redis is away: events wait on disk, up to this much, and are sent again this often.
@@ -203,7 +206,7 @@ class Events:
             seq = self._next()
             fields = {"j": self.job, "a": self.attempt, "s": seq, "t": kind, "d": raw}
             if self.spool or self._away_since is not None:
-                if kind == "batch" and not data.get("first"):
+                if kind in PROGRESS_ONLY and not data.get("first"):
                     return  # progress only: the next batch says it again
                 self.spool.append(kind, fields, int(seq))
                 return
@@ -213,7 +216,7 @@ class Events:
                 self.spool.append(kind, fields, int(seq))
                 self._away(e)
                 return
-            if kind != "batch":  # progress is never sent again
+            if kind not in PROGRESS_ONLY:  # progress is never sent again
                 self.spool.append(kind, fields, int(seq), sent=True)
 
     def _drain_loop(self) -> None:
@@ -350,7 +353,7 @@ class HttpEvents(Events):
             return
         with self._lock:
             seq = int(self._next())
-            if self._failing and kind == "batch" and not data.get("first"):
+            if self._failing and kind in PROGRESS_ONLY and not data.get("first"):
                 return  # Kestrel unreachable: progress only, the next batch says it again
             self.spool.append(kind, {"s": seq, "t": kind, "d": json.loads(raw)}, seq)
         if kind in self.URGENT:
@@ -609,6 +612,7 @@ class Callbacks:
         self.pending_checkpoint: dict | None = None
         self.in_epoch = False
         self.batch = 0
+        self.epoch_seen = 0  # the epoch under way (its validation's, after it)
         self.first_batch = True
         self.last_batch_event = 0.0
         self.last_control = 0.0
@@ -638,6 +642,7 @@ class Callbacks:
         model.add_callback("on_train_start", self.on_train_start)
         model.add_callback("on_train_epoch_start", self.on_train_epoch_start)
         model.add_callback("on_train_batch_end", self.on_train_batch_end)
+        model.add_callback("on_val_batch_end", self.on_val_batch_end)  # the validator's too
         model.add_callback("on_model_save", self.on_model_save)
         model.add_callback("on_fit_epoch_end", self.on_fit_epoch_end)
         model.add_callback("on_train_end", self.on_train_end)
@@ -678,11 +683,14 @@ class Callbacks:
     def on_train_epoch_start(self, trainer) -> None:
         self.in_epoch = True
         self.batch = 0
+        self.epoch_seen = trainer.epoch + 1
 
     def on_train_batch_end(self, trainer) -> None:
         self.batch += 1
         now = time.monotonic()
-        if self.first_batch or now - self.last_batch_event >= 1 / BATCH_EVENTS_PER_SECOND:
+        # The epoch's last batch always: the supervisor then knows validation follows.
+        last = self.batch >= len(trainer.train_loader)
+        if self.first_batch or last or now - self.last_batch_event >= 1 / BATCH_EVENTS_PER_SECOND:
             loss = trainer.tloss
             self.events.emit(
                 "batch",
@@ -703,6 +711,21 @@ class Callbacks:
             self.first_batch = False
             self.last_batch_event = now
         self._check_control(trainer)
+
+    def on_val_batch_end(self, validator) -> None:
+        """Validation is progress too: a run stuck in it is told from one that validates."""
+        now = time.monotonic()
+        if now - self.last_batch_event < 1 / BATCH_EVENTS_PER_SECOND:
+            return
+        self.last_batch_event = now
+        self.events.emit(
+            "val_batch",
+            {
+                "epoch": self.epoch_seen,
+                "batch": int(getattr(validator, "batch_i", 0)) + 1,
+                "batches": len(validator.dataloader) if validator.dataloader is not None else 0,
+            },
+        )
 
     def on_model_save(self, trainer) -> None:
         # Copied now: the final evaluation strips the optimizer from last.pt, and resuming

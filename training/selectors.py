@@ -376,6 +376,15 @@ def job_watch(job: TrainingJob, now=None) -> dict:
                 "text": f"No word from the machine for {_seconds(seconds)}; Kestrel will resume "
                 f"it {where} if it does not come back.",
             }
+    quiet = job_quiet_seconds(job, now)
+    if quiet is not None:
+        left = max(0, job.stall_seconds - quiet)
+        return {
+            "late": True,
+            "silent_seconds": quiet,
+            "text": f"No progress from the trainer for {_seconds(quiet)}; if none comes within "
+            f"{_seconds(left)}, Kestrel takes it for hung and restarts the run {where}.",
+        }
     if job.lost_attempts and job.state in RESUMING_STATES:
         return {
             "late": False,
@@ -383,6 +392,17 @@ def job_watch(job: TrainingJob, now=None) -> dict:
             "text": f"Attempt {job.attempts} was lost; Kestrel is resuming the run {where}.",
         }
     return {"late": False, "silent_seconds": None, "text": ""}
+
+
+def job_quiet_seconds(job: TrainingJob, now) -> int | None:
+    """Seconds a running job's trainer has made no progress, once that is past half of what its
+    pace allows (and two heartbeats): the page warns then. None while it goes on."""
+    if job.state != JobState.RUNNING or not job.progress_at or not job.stall_seconds:
+        return None
+    quiet = (now - job.progress_at).total_seconds()
+    if quiet <= max(job.stall_seconds / 2, 2 * settings.TRAINING_HEARTBEAT_SECONDS):
+        return None
+    return int(quiet)
 
 
 def _seconds(seconds: int) -> str:
@@ -405,6 +425,7 @@ def job_state_dict(job: TrainingJob) -> dict:
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
         "error": job.error,
+        "notice": job.notice,
         "attempts": job.attempts,
         "stop_requested": job.stop_requested_at is not None,
         "cancel_requested": job.cancel_requested_at is not None,

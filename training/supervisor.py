@@ -16,6 +16,7 @@ import socket
 import time
 import uuid
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -63,6 +64,7 @@ from training.services.jobs import (
     QUICK_TEST_VAL_IMAGES,
     job_locked,
     job_lost,
+    job_state_bump,
     job_transition,
     lease_seconds,
 )
@@ -80,10 +82,14 @@ from training.streams import (
     training_redis,
 )
 from training.ultralytics_env import ultralytics_env
+from training.watchdog import Stall, Watchdog
 
 logger = logging.getLogger(__name__)
 
 SEEN_SEQS = 2000  # sequence numbers remembered to tell a resent event from an out-of-order one
+# Events whose handlers write nothing to the database or storage (a batch writes its progress
+# to Redis; its first one, first_batch_at, goes through _save_job, fenced by the lease).
+UNWRITTEN = frozenset(("started", "batch", "val_batch", "done", "error"))
 
 
 def worker_name() -> str:
@@ -102,6 +108,10 @@ class Lease:
 
 class LeaseHeld(Exception):
     pass
+
+
+class LeaseGone(Exception):
+    """This attempt no longer holds the job's lease: another took it over. It writes nothing."""
 
 
 def lease_take(job_id: int, worker: str) -> Lease:
@@ -124,6 +134,9 @@ def lease_take(job_id: int, worker: str) -> Lease:
             lease_until=now + timedelta(seconds=lease_seconds()),
             heartbeat_at=now,
             started_at=job.started_at or now,
+            progress_at=None,
+            stall_seconds=None,
+            notice="",
         )
         attempt = TrainingAttempt.objects.create(
             job=job,
@@ -212,6 +225,12 @@ class Supervisor:
         self.redis_gone = ""  # why the attempt ended for Redis' sake, if it did
         self.phases: list[dict] = []  # what a cloud provider said the run was doing
         self.provider_failure = ""  # why the provider could not run it, in its words
+        self.watchdog: Watchdog | None = None  # the trainer's progress, once it is started
+        self.progress_at = None  # when the trainer last made progress (billing follows it)
+        self.hung: Stall | None = None  # why the trainer was taken for hung, if it was
+        self.caught_up = True  # the last read emptied the stream
+        self.store_failures = 0  # checkpoints in a row that could not be stored
+        self.quiet_said = False  # whether the page was told the trainer has gone quiet
 
     # -- helpers
     def _workdir(self) -> Path:
@@ -232,6 +251,17 @@ class Supervisor:
         TrainingJob.objects.filter(pk=self.job.pk, lease_owner=self.worker).update(
             **fields, updated_at=timezone.now()
         )
+
+    @contextmanager
+    def _fenced(self):
+        """A transaction that writes only while this attempt holds the job's lease: the row is
+        renewed (locked until the end of it, on SQLite the database's write lock is taken), so
+        the reaper cannot give the attempt up half-way; LeaseGone if it was already."""
+        with transaction.atomic():
+            if not self._lease_renew():
+                self.lost_lease = True
+                raise LeaseGone(f"job {self.job.pk}: the lease of {self.worker} is gone")
+            yield
 
     def _transition(self, to: str, **fields) -> bool:
         """Change state if this worker still holds the lease; False if it lost it."""
@@ -391,6 +421,13 @@ class Supervisor:
         TrainingAttempt.objects.filter(pk=self.attempt.pk).update(
             pid=self.handle.pid, machine=self.machine.name, provider_ref=self.handle.ref
         )
+        self.watchdog = Watchdog(
+            floor=settings.TRAINING_STALL_FLOOR_SECONDS,
+            ceiling=settings.TRAINING_STALL_CEILING_SECONDS,
+            factor=settings.TRAINING_STALL_FACTOR,
+            now=time.monotonic(),
+        )
+        self.progress_at = timezone.now()
         self._transition(JobState.RUNNING)
 
     def _stream_fresh(self) -> None:
@@ -415,10 +452,31 @@ class Supervisor:
 
     def _lease_renew(self) -> bool:
         now = timezone.now()
+        fields = {"heartbeat_at": now, "lease_until": now + timedelta(seconds=lease_seconds())}
+        if self.watchdog is not None:  # what the page says of a trainer gone quiet
+            fields.update(
+                progress_at=self.progress_at, stall_seconds=int(self.watchdog.allowance())
+            )
         renewed = TrainingJob.objects.filter(pk=self.job.pk, lease_owner=self.worker).update(
-            heartbeat_at=now, lease_until=now + timedelta(seconds=lease_seconds())
+            **fields
         )
         return bool(renewed)
+
+    def _quiet(self, now) -> bool:
+        """Whether the trainer's silence is past what the page warns of (the rule of
+        training.selectors.job_quiet_seconds)."""
+        if self.watchdog is None or self.progress_at is None:
+            return False
+        quiet = (now - self.progress_at).total_seconds()
+        warn = max(self.watchdog.allowance() / 2, 2 * settings.TRAINING_HEARTBEAT_SECONDS)
+        return quiet > warn
+
+    def _billed_until(self, now):
+        """Machine time is billed while the trainer makes progress: up to its last progress
+        and one heartbeat (caught up as soon as it goes on; kept back if it hung)."""
+        if self.progress_at is None:
+            return now
+        return min(now, self.progress_at + timedelta(seconds=settings.TRAINING_HEARTBEAT_SECONDS))
 
     def _beat(self) -> None:
         """Heartbeat and lease renewal; read stop and cancel requests made since."""
@@ -430,13 +488,19 @@ class Supervisor:
             self.redis.set(beat_key(self.job.pk), f"{time.time():.3f}", ex=PROGRESS_TTL)
         except redis.RedisError:
             pass  # pages read the heartbeat from the database meanwhile
+        quiet = self._quiet(now)
+        if quiet != self.quiet_said:  # the page warns of a trainer gone quiet, and stops
+            self.quiet_said = quiet
+            job_state_bump(self.job.pk)
         state, stop_at, cancel_at = (
             TrainingJob.objects.filter(pk=self.job.pk)
             .values_list("state", "stop_requested_at", "cancel_requested_at")
             .get()
         )
         self.job.state = state
-        reason = meter(self.attempt.pk, now) if metered(self.job) else None
+        reason = None
+        if metered(self.job):
+            reason = meter(self.attempt.pk, self._billed_until(now), holder=self.worker)
         if reason and not stop_at and state != JobState.STOPPING:
             # Credits (or the job's budget) cover no more: stop as a person would, keep the
             # checkpoints; a top-up and Resume continue the run.
@@ -503,7 +567,14 @@ class Supervisor:
                     self._redis_restore()
                 if self._read():
                     return
+                if self.lost_lease:  # found while storing an event
+                    self.provider.terminate(self.handle, force=True)
+                    return
+                if fault.redis_since is not None or fault.database_since is not None:
+                    self.watchdog.fault_cleared(time.monotonic())  # its events were held up
                 fault.clear(self.job.pk)
+                if self._hung():
+                    return
             except redis.RedisError as e:
                 if fault.redis(self.job.pk, e) > lease_seconds():
                     self.provider.terminate(self.handle, force=True)
@@ -517,6 +588,26 @@ class Supervisor:
                 fault.database(self.job.pk, e)
                 db_connection_reset()
                 fault.wait(beat_every)
+
+    def _hung(self) -> bool:
+        """The trainer made no progress for longer than its pace allows: kill it (its whole
+        process group, or its run at the provider); the attempt then ends as lost and the job
+        resumes from its last stored checkpoint."""
+        if self.canceling or not self.caught_up:  # events still waiting are progress unread
+            return False
+        stall = self.watchdog.stalled(time.monotonic())
+        if stall is None:
+            return False
+        logger.warning(
+            "job %s: no progress for %.0f s (allowed %.0f s); ending attempt %s",
+            self.job.pk,
+            stall.silent,
+            stall.allowance,
+            self.attempt.number,
+        )
+        self.hung = stall
+        self.provider.terminate(self.handle, force=True)
+        return True
 
     def _read(self) -> bool:
         """One read of the stream, each entry stored before the cursor moves past it. True once
@@ -535,10 +626,21 @@ class Supervisor:
             exited = self.provider.exit_code(self.handle) is not None
         # After the exit, everything it wrote is in the stream: one read without waiting.
         replies = self.redis.xread({key: self.last_id}, count=500, block=None if exited else block)
+        read = 0
         for _, entries in replies or []:
             for entry_id, fields in entries:
-                self._handle(fields)
+                read += 1
+                try:
+                    self._handle(fields)
+                except LeaseGone:
+                    logger.warning(
+                        "job %s: attempt %s lost its lease; it writes nothing more",
+                        self.job.pk,
+                        self.attempt.number,
+                    )
+                    return False
                 self.last_id = entry_id
+        self.caught_up = read < 500
         if self.last_seq != self.kept_seq:  # stored: the trainer may forget them
             self.redis.set(kept_key(self.job.pk), self.last_seq, ex=7 * 24 * 3600)
             self.kept_seq = self.last_seq
@@ -583,10 +685,16 @@ class Supervisor:
         if seq <= self.last_seq:
             self._drop()
             return
+        if self.watchdog is not None and self.watchdog.event(kind, event, time.monotonic()):
+            self.progress_at = timezone.now()
         try:
             if self.machine is not None and self.machine.details.get("remote"):
                 self._remote_files_take(kind, event)
-            getattr(self, f"_on_{kind}")(event, seq)
+            if kind in UNWRITTEN:
+                getattr(self, f"_on_{kind}")(event, seq)
+            else:  # what it writes, it writes only while the attempt holds the lease
+                with self._fenced():
+                    getattr(self, f"_on_{kind}")(event, seq)
         except (KeyError, TypeError, ValueError, AttributeError, OSError):
             logger.warning("job %s: event %s %s dropped", self.job.pk, kind, seq, exc_info=True)
             self._drop()
@@ -621,7 +729,9 @@ class Supervisor:
                 storage_delete(key)
 
     def _drop(self) -> None:
-        TrainingJob.objects.filter(pk=self.job.pk).update(dropped_events=F("dropped_events") + 1)
+        TrainingJob.objects.filter(pk=self.job.pk, lease_owner=self.worker).update(
+            dropped_events=F("dropped_events") + 1
+        )
 
     # -- events (each a model of training.event_schema; files are named, never given by path)
     def _on_started(self, event: schema.Started, seq: int) -> None:
@@ -646,6 +756,9 @@ class Supervisor:
         if event.first and self.job.first_batch_at is None:
             self._save_job(first_batch_at=timezone.now())
 
+    def _on_val_batch(self, event: schema.ValBatch, seq: int) -> None:
+        """Validation goes on (training.watchdog reads it; nothing is stored)."""
+
     def _on_epoch(self, event: schema.Epoch, seq: int) -> None:
         with transaction.atomic():
             EpochMetric.objects.update_or_create(
@@ -663,18 +776,49 @@ class Supervisor:
         """Store last-<epoch>.pt (and best-<epoch>.pt) from this attempt's own checkpoint
         folder, then delete the older ones there: never a file anywhere else."""
         base, folder = Path(self.machine.workdir), self._checkpoint_parts()
-        stored = {f"last-{event.epoch}.pt": self.job.checkpoint_key}
+        stored = {}  # best first: last.pt names the epoch resumed from, so it goes in last
         if event.best:
             stored[f"best-{event.epoch}.pt"] = self.job.best_key
+        stored[f"last-{event.epoch}.pt"] = self.job.checkpoint_key
         for name, key in stored.items():
             with run_file_open(base, *folder, name, max_bytes=MAX_WEIGHTS_BYTES) as f:
-                storage_put(key, f, replace=True)
+                try:
+                    storage_put(key, f, replace=True)
+                except OSError as e:  # storage's fault (a full disk), not the trainer's file
+                    self._checkpoint_not_stored(event.epoch, e)
+                    return
+        self.store_failures = 0
         artifacts = dict(self.job.artifacts)
         if event.best:
             artifacts["best.pt (training)"] = self.job.best_key
         artifacts["last.pt"] = self.job.checkpoint_key
-        self._save_job(checkpoint_epoch=event.epoch, artifacts=artifacts)
+        notice = {"notice": ""} if self.job.notice else {}
+        self._save_job(checkpoint_epoch=event.epoch, artifacts=artifacts, **notice)
+        if notice:
+            job_state_bump(self.job.pk)
         checkpoints_prune(base, *folder, stored=event.epoch)  # stored now: the older ones go
+
+    def _checkpoint_not_stored(self, epoch: int, error: OSError) -> None:
+        """Say so on the job page; after several in a row, stop the run (its last stored
+        checkpoint kept) rather than train on with nothing to resume from."""
+        self.store_failures += 1
+        reason = (os.strerror(error.errno) if error.errno else str(error)).lower()
+        kept = self.job.checkpoint_epoch
+        since = f"the last stored is epoch {kept}'s" if kept else "none is stored yet"
+        notice = f"Checkpoint at epoch {epoch} not stored: {reason}; {since}."
+        logger.warning("job %s: %s (%s in a row)", self.job.pk, notice, self.store_failures)
+        self._save_job(notice=notice)
+        job_state_bump(self.job.pk)
+        limit = settings.TRAINING_CHECKPOINT_STORE_FAILURES
+        if self.store_failures >= limit and self.job.state == JobState.RUNNING:
+            goes_on = f"from epoch {kept}" if kept else "from the start"
+            self._transition(
+                JobState.STOPPING,
+                stop_requested_at=timezone.now(),
+                error=f"{limit} checkpoints in a row could not be stored ({reason}); the run "
+                f"stopped rather than train on without one. Free space, then Resume: it goes "
+                f"on {goes_on}.",
+            )
 
     def _on_log(self, event: schema.Log, seq: int) -> None:
         LogChunk.objects.bulk_create(
@@ -726,10 +870,10 @@ class Supervisor:
         self.outcome.error = event.message
         self.outcome.error_kind = event.kind or ""
 
-    # -- endings
-    def _end_attempt(self, reason: str, message: str = "") -> None:
-        TrainingAttempt.objects.filter(pk=self.attempt.pk).update(
-            ended_at=timezone.now(), end_reason=reason, message=message[:2000]
+    # -- endings: each written in one transaction that still holds the lease, or not at all
+    def _end_attempt(self, reason: str, message: str = "", *, at=None) -> None:
+        TrainingAttempt.objects.filter(pk=self.attempt.pk, ended_at__isnull=True).update(
+            ended_at=at or timezone.now(), end_reason=reason, message=message[:2000]
         )
 
     def _cleanup(self) -> None:
@@ -744,24 +888,37 @@ class Supervisor:
         except redis.RedisError:
             logger.warning("job %s: could not remove its Redis keys", self.job.pk)
 
+    def _meter_end(self, until) -> None:
+        """The machine time up to the attempt's end, charged before the lease is let go."""
+        meter(self.attempt.pk, until, holder=self.worker)
+
     def _fail(self, message: str, *, platform: bool = False, kind: str = FailureKind.CRASH) -> None:
         """End as failed, saying what kind of failure it was (whether Resume can help). A
         failure on Kestrel's side (not the data, arguments or weights) gives back every credit
         the job spent."""
-        meter(self.attempt.pk, timezone.now())
-        self._end_attempt(AttemptEnd.FAILED, message)
         kind = FailureKind.PLATFORM if platform else kind
-        if self._transition(JobState.FAILED, error=message, failure_kind=kind) and platform:
-            refund_platform_failure(self.job, message)
+        now = timezone.now()
+        try:
+            with self._fenced():
+                self._meter_end(now)
+                self._end_attempt(AttemptEnd.FAILED, message, at=now)
+                if self._transition(JobState.FAILED, error=message, failure_kind=kind) and platform:
+                    refund_platform_failure(self.job, message)
+        except LeaseGone:
+            return
         self._cleanup()
 
     def _finish(self) -> None:
-        meter(self.attempt.pk, timezone.now())  # the machine time up to the trainer's end
-        if self.lost_lease:
-            self._end_attempt(AttemptEnd.LOST, "Another attempt took the job over.")
+        if self.lost_lease:  # the reaper ended the attempt and another owns the job
+            logger.warning(
+                "job %s: attempt %s ended without its lease", self.job.pk, self.attempt.number
+            )
             return
         if self.redis_gone:  # resumed from its last stored checkpoint, as any lost attempt
             self._lost(self.redis_gone)
+            return
+        if self.hung is not None:
+            self._lost(self._hung_message(), until=self._billed_until(timezone.now()))
             return
         code = self.provider.exit_code(self.handle)
         if self.provider_failure and self.outcome.done is None and not self.outcome.error:
@@ -770,8 +927,14 @@ class Supervisor:
             self._fail(self.provider_failure, platform=True)
             return
         if self.canceling:
-            self._end_attempt(AttemptEnd.CANCELED)
-            self._transition(JobState.CANCELED)
+            now = timezone.now()
+            try:
+                with self._fenced():
+                    self._meter_end(now)
+                    self._end_attempt(AttemptEnd.CANCELED, at=now)
+                    self._transition(JobState.CANCELED)
+            except LeaseGone:
+                return
             self._cleanup()
             self._remove_workdir()
             return
@@ -783,43 +946,61 @@ class Supervisor:
             self._fail(_readable_error(self.outcome.error), kind=kind)
             return
         if code == FENCED:
-            self._end_attempt(AttemptEnd.LOST, "Another attempt owns the job.")
+            self._lost("Another attempt owns the job.")
             return
         how = f"killed by signal {-code}" if code and code < 0 else f"exit status {code}"
         self._lost(f"The trainer process ended unexpectedly ({how}).")
 
-    def _lost(self, message: str) -> None:
-        self._end_attempt(AttemptEnd.LOST, message)
-        with transaction.atomic():
-            job = job_locked(self.job.pk)
-            if job.lease_owner != self.worker:
-                return
-            job_lost(job, message)
+    def _hung_message(self) -> str:
+        epoch = self.job.checkpoint_epoch
+        where = f"from epoch {epoch}" if epoch else "from the start (no checkpoint was stored yet)"
+        return (
+            f"No progress from the trainer for {self.hung.silent:.0f} s (its pace allowed "
+            f"{self.hung.allowance:.0f} s); it was stopped and the run restarted {where}."
+        )
+
+    def _lost(self, message: str, *, until=None) -> None:
+        """The attempt is lost (its trainer died, hung, or Redis was gone too long): end it at
+        `until` (its last sign of work) and resume the job, or fail it after too many."""
+        until = until or timezone.now()
+        try:
+            with self._fenced():
+                self._meter_end(until)
+                self._end_attempt(AttemptEnd.LOST, message, at=until)
+                job_lost(job_locked(self.job.pk), message)
+        except LeaseGone:
+            return
         self._cleanup()
 
     def _succeed(self, *, stopped: bool) -> None:
         end = self.outcome.train_end
-        with transaction.atomic():
-            job = job_locked(self.job.pk)
-            if job.lease_owner != self.worker:
-                return
-            model = None
-            if end is not None and end.best:
-                try:
-                    with self._run_file(*BEST_WEIGHTS, max_bytes=MAX_WEIGHTS_BYTES) as best:
-                        model = model_from_job(
-                            job=job, best=best, names=end.names, metrics=self.outcome.final_metrics
-                        )
-                except OSError as e:
-                    logger.warning("job %s: weights/best.pt not taken: %s", self.job.pk, e)
-            state = JobState.STOPPED if stopped else JobState.SUCCEEDED
-            error = "" if model else "Stopped before the first epoch."
-            if stopped and job.error:  # why it was stopped (credits, budget) stays on the job
-                error = job.error
-            job_transition(job, state, error=error)
-            # in the same transaction: no reader sees the job ended and its attempt open
-            self._end_attempt(AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED)
-            self.job = job
+        now = timezone.now()
+        try:
+            with self._fenced():
+                self._meter_end(now)
+                job = job_locked(self.job.pk)
+                model = None
+                if end is not None and end.best:
+                    try:
+                        with self._run_file(*BEST_WEIGHTS, max_bytes=MAX_WEIGHTS_BYTES) as best:
+                            model = model_from_job(
+                                job=job,
+                                best=best,
+                                names=end.names,
+                                metrics=self.outcome.final_metrics,
+                            )
+                    except OSError as e:
+                        logger.warning("job %s: weights/best.pt not taken: %s", self.job.pk, e)
+                state = JobState.STOPPED if stopped else JobState.SUCCEEDED
+                error = "" if model else "Stopped before the first epoch."
+                if stopped and job.error:  # why it was stopped (credits, budget) stays on the job
+                    error = job.error
+                job_transition(job, state, error=error)
+                # in the same transaction: no reader sees the job ended and its attempt open
+                self._end_attempt(AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED, at=now)
+                self.job = job
+        except LeaseGone:
+            return
         self._cleanup()
         if not stopped:
             self._remove_workdir()

@@ -162,6 +162,11 @@
     testid("job-status").dataset.state = job.state;
     show(testid("job-canceling"), job.cancel_requested && !job.is_final);
     if (job.device) setText(testid("job-device"), job.device);
+    var notice = testid("job-notice");
+    if (notice) {
+      show(notice, !!job.notice);
+      setText(notice, job.notice || "");
+    }
     var error = testid("job-error");
     show(error, !!job.error);
     setText(error.querySelector("p"), job.error || "");

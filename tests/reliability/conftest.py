@@ -14,7 +14,13 @@ from django.conf import settings
 from django.db import transaction
 
 from tests.servers import free_port
-from tests.training.conftest import Workers, detect_version, gpu_local, project  # noqa: F401 (fixtures)
+from tests.training.conftest import (  # noqa: F401 (fixtures)
+    Workers,
+    detect_version,
+    gpu_local,
+    project,
+    workers,
+)
 
 
 class RedisServer:
