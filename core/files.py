@@ -11,6 +11,8 @@ Only raster images are ever shown inline. Anything else (an SVG, an HTML file, a
 a download of opaque bytes, so a file someone uploaded never runs as a page of Kestrel's origin.
 """
 
+import logging
+import os
 import re
 from typing import IO
 from urllib.parse import quote
@@ -29,6 +31,8 @@ OPAQUE = "application/octet-stream"
 STREAM_BLOCK = 64 * 1024  # under ASGI each block is one hop between threads
 _FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9._()+ -]")
 
+logger = logging.getLogger(__name__)
+
 
 def safe_filename(name: str) -> str:
     """The name a browser saves the file under: the last path part, plain characters only."""
@@ -43,13 +47,20 @@ def _private(response: HttpResponse, cache_seconds: int) -> HttpResponse:
 
 
 def stored_file_response(
-    *, key: str, filename: str, inline_type: str | None = None, cache_seconds: int = 0
+    *,
+    key: str,
+    filename: str,
+    inline_type: str | None = None,
+    cache_seconds: int = 0,
+    size: int | None = None,
 ) -> HttpResponse:
     """The stored object at `key` for a caller already allowed to read it; 404 when none is.
 
     `inline_type` shows the file in the page with that type when it is a raster image type;
     otherwise, and by default, the file downloads as application/octet-stream.
-    `cache_seconds` lets the browser keep it (privately) that long."""
+    `cache_seconds` lets the browser keep it (privately) that long. `size`: the size its row
+    records; a local file of another size (truncated, 0 bytes) is not sent but answered with
+    an error (on S3 an object is only ever written whole)."""
     if not key:
         raise Http404("No file is stored.")
     inline = inline_type in INLINE_TYPES
@@ -58,8 +69,12 @@ def stored_file_response(
     if not storage_is_local():  # S3
         return _presigned_redirect(key, name, content_type, inline, cache_seconds)
     if settings.STORAGE_ACCEL_REDIRECT:
-        if not default_storage.exists(key):
-            raise Http404("The file is no longer stored.")
+        try:
+            stored_size = default_storage.size(key)
+        except FileNotFoundError:
+            raise Http404("The file is no longer stored.") from None
+        if size is not None and stored_size != size:
+            return _damaged(key, stored_size, size)
         response = HttpResponse(content_type=content_type)
         response["Content-Disposition"] = content_disposition_header(not inline, name)
         location = settings.STORAGE_ACCEL_REDIRECT.rstrip("/")
@@ -69,6 +84,9 @@ def stored_file_response(
         stored = default_storage.open(key, "rb")
     except FileNotFoundError:
         raise Http404("The file is no longer stored.") from None
+    if size is not None and (stored_size := os.fstat(stored.fileno()).st_size) != size:
+        stored.close()
+        return _damaged(key, stored_size, size)
     response = FileResponse(
         stored, content_type=content_type, filename=name, as_attachment=not inline
     )
@@ -76,6 +94,18 @@ def stored_file_response(
     # Opened directly in a tab, even an image gets no scripts, forms or plugins.
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     return _private(response, cache_seconds)
+
+
+def _damaged(key: str, stored_size: int, size: int) -> HttpResponse:
+    logger.error("stored file %s is damaged: %s bytes, %s recorded", key, stored_size, size)
+    response = HttpResponse(
+        "The stored file is damaged (it is not the size recorded when it was stored), so it "
+        "is not sent. For an image, importing the original again repairs it; the dataset's "
+        "health check lists the images affected.",
+        status=500,
+        content_type="text/plain; charset=utf-8",
+    )
+    return _private(response, 0)
 
 
 def _presigned_redirect(

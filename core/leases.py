@@ -11,7 +11,13 @@ The row owns the job's state, not the broker's message (Read the Docs' builds wo
   (*fenced*), so a worker that was given up on cannot write over the attempt that replaced it;
 - beat *reaps* a running row whose deadline passed (its worker died): it goes back to the queue
   and its task is sent again, or, after `LONG_JOB_MAX_ATTEMPTS` attempts, fails with a reason the
-  page shows. A queued row whose message was lost is sent again.
+  page shows. A queued row whose message was lost is sent again;
+- a fault of the database connection (a restart, a failover, `pg_terminate_backend`) is ridden
+  out where it happens (`lease_work`): the worker connects again and runs the job's body again,
+  under the same lease, from what it committed. A body that still fails at the database (away
+  longer than `LONG_JOB_DB_RETRY_SECONDS`, or a kind that runs its body without `lease_work`)
+  puts its row back in the queue at once as it leaves `Lease.kept` (`lease_requeue`), rather
+  than leaving it to the reaper once its lease ran out.
 
 The rows share their fields (core.models.LongJobRow). Each app registers its kinds
 (`long_job_register`, from its AppConfig.ready) and one beat task reaps them all
@@ -23,6 +29,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,7 +37,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection, models, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    models,
+    transaction,
+)
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -48,6 +62,10 @@ def lease_seconds() -> float:
 
 def max_attempts() -> int:
     return int(settings.LONG_JOB_MAX_ATTEMPTS)
+
+
+def db_retry_seconds() -> float:
+    return float(settings.LONG_JOB_DB_RETRY_SECONDS)
 
 
 def queued_until() -> datetime:
@@ -148,8 +166,12 @@ class Lease:
     def kept(self) -> Iterator["Lease"]:
         """Renew the lease from a thread of its own while the body runs: a step that writes
         nothing for longer than the lease (one transaction of thousands of rows, a conversion
-        in another process) keeps it, and a worker that dies stops renewing with it."""
+        in another process) keeps it, and a worker that dies stops renewing with it. A body
+        that fails at the database puts the row back in the queue at once (lease_requeue; the
+        error goes on up), rather than leaving it running until its lease runs out."""
         stop = threading.Event()
+        faults = database_faults()
+        failed: BaseException | None = None
 
         def beat() -> None:
             try:
@@ -160,6 +182,8 @@ class Lease:
                         return  # the body's next fenced write finds out too
                     except DatabaseError:  # SQLite busy with the body's transaction, a blip
                         logger.warning("%s %s: lease not renewed", self.job.label, self.pk)
+                        # A connection the database ended stays dead: the next beat opens a new one.
+                        db_connection_reset()
             finally:
                 connection.close()
 
@@ -167,9 +191,14 @@ class Lease:
         thread.start()
         try:
             yield self
+        except faults as e:
+            failed = e
+            raise
         finally:
             stop.set()
             thread.join(timeout=30)
+            if failed is not None:
+                lease_requeue(self, why=f"its database connection failed: {_first_line(failed)}")
 
 
 def lease_take(job: LongJob, pk: int, **fields) -> Lease | None:
@@ -197,6 +226,38 @@ def lease_take(job: LongJob, pk: int, **fields) -> Lease | None:
     return lease
 
 
+def _interrupted(job: LongJob, row: models.Model, *, why: str) -> None:
+    """In the caller's transaction, on the locked `row` of an attempt that ended unfinished
+    (`why`: what happened to it): back to the queue, its task sent again once this commits; or,
+    after `LONG_JOB_MAX_ATTEMPTS` attempts or when it cannot be resumed, failed with the reason."""
+    pk = row.pk
+    attempts = getattr(row, job.attempts_field)
+    resumable = job.resumable is None or job.resumable(row)
+    if attempts < max_attempts() and resumable:
+        requeued = {job.state_field: job.queued, job.owner_field: ""}
+        job.rows.filter(pk=pk).update(**requeued, **{job.until_field: queued_until()})
+        transaction.on_commit(lambda: job.send(row), robust=True)
+        logger.warning("%s %s requeued after attempt %s: %s", job.label, pk, attempts, why)
+        return
+    if resumable:
+        reason = f"The {job.label} was interrupted {attempts} times ({why})"
+    else:
+        reason = f"The {job.label} was interrupted ({why}) and cannot be resumed"
+    reason = f"{reason}, so it was not started again. {job.gave_up_note}".strip()
+    values = {
+        job.state_field: job.failed,
+        job.owner_field: "",
+        job.until_field: None,
+        job.error_field: reason,
+    }
+    if job.finished_field:
+        values[job.finished_field] = timezone.now()
+    job.rows.filter(pk=pk).update(**values)
+    if job.gave_up is not None:
+        transaction.on_commit(lambda: job.gave_up(row))
+    logger.warning("%s %s failed: %s", job.label, pk, reason)
+
+
 def leases_reap(job: LongJob) -> int:
     """Requeue (or, after too many attempts, fail) running rows whose lease ran out, and send
     again queued rows nobody took. Returns how many rows it touched. Beat runs this per kind."""
@@ -209,34 +270,10 @@ def leases_reap(job: LongJob) -> int:
             if row is None:  # renewed, finished or being reaped meanwhile
                 continue
             touched += 1
-            attempts = getattr(row, job.attempts_field)
             until = getattr(row, job.until_field)
             last = until - timedelta(seconds=lease_seconds()) if until else None
             seen = "no sign of life from its worker" + (f" since {_utc(last)}" if last else "")
-            resumable = job.resumable is None or job.resumable(row)
-            if attempts < max_attempts() and resumable:
-                requeued = {job.state_field: job.queued, job.owner_field: ""}
-                job.rows.filter(pk=pk).update(**requeued, **{job.until_field: queued_until()})
-                transaction.on_commit(lambda row=row: job.send(row))
-                logger.warning("%s %s requeued after attempt %s: %s", job.label, pk, attempts, seen)
-                continue
-            if resumable:
-                reason = f"The {job.label} was interrupted {attempts} times ({seen})"
-            else:
-                reason = f"The {job.label} was interrupted ({seen}) and cannot be resumed"
-            reason = f"{reason}, so it was not started again. {job.gave_up_note}".strip()
-            values = {
-                job.state_field: job.failed,
-                job.owner_field: "",
-                job.until_field: None,
-                job.error_field: reason,
-            }
-            if job.finished_field:
-                values[job.finished_field] = now
-            job.rows.filter(pk=pk).update(**values)
-            if job.gave_up is not None:
-                transaction.on_commit(lambda row=row: job.gave_up(row))
-            logger.warning("%s %s failed: %s", job.label, pk, reason)
+            _interrupted(job, row, why=seen)
     forgotten = job.rows.filter(job.queued_q()).filter(job.overdue_q(now))
     for row in list(forgotten):
         claimed = forgotten.filter(pk=row.pk).update(**{job.until_field: queued_until()})
@@ -244,6 +281,128 @@ def leases_reap(job: LongJob) -> int:
             job.send(row)
             touched += 1
     return touched
+
+
+# --- faults of the database connection --------------------------------------------------------
+
+
+def database_faults() -> tuple[type[Exception], ...]:
+    """What a lost or failing connection raises: Django's errors, and the driver's own, which
+    code that talks to the driver directly (an import's COPY) gets."""
+    driver = connection.Database
+    return (OperationalError, InterfaceError, driver.OperationalError, driver.InterfaceError)
+
+
+def db_connection_reset() -> None:
+    """Drop this thread's connection after a fault, so that the next query opens a new one (a
+    connection the database ended stays dead: neither Django nor the driver opens it again).
+    Inside a transaction it does nothing: that transaction is lost with its connection, and
+    Django drops the connection once the outermost block ends."""
+    if connection.in_atomic_block:
+        return
+    try:
+        connection.close()
+    except DatabaseError:
+        logger.warning("a broken database connection could not be closed", exc_info=True)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def lease_work(lease: Lease, body: Callable[[], object]) -> bool:
+    """Run a long job's `body` while `lease` is kept (Lease.kept), riding out faults of the
+    database connection (a restart, a failover, pg_terminate_backend): the worker connects
+    again, with back-off, and runs the body again from its start under the same lease, while
+    the database has been away for less than `LONG_JOB_DB_RETRY_SECONDS`. So a body must be
+    safe to run again: what it commits, it commits under the lease, and a second run starts
+    from what was committed (an import commits its rows with its end: each image once).
+
+    True once the body ran to its end. False when the database stayed away: the row is then
+    back in the queue (Lease.kept), not left running until its lease runs out. LeaseLost (the
+    row is another attempt's, or finished meanwhile) goes up to the caller."""
+    faults = database_faults()
+    try:
+        with lease.kept():
+            _run_again_after_faults(lease, body, faults)
+        return True
+    except faults:
+        return False
+
+
+def _run_again_after_faults(lease: Lease, body: Callable[[], object], faults: tuple) -> None:
+    job = lease.job
+    since: float | None = None  # when the database went away (this outage)
+    delay = 0.1
+    met = 0
+    while True:
+        started = time.monotonic()
+        try:
+            if since is not None:  # a new connection, and the lease still this worker's
+                db_connection_reset()
+                lease.renew()
+            body()
+        except faults as e:
+            if connection.in_atomic_block:
+                raise  # the caller's transaction is lost with the connection: it starts over
+            now = time.monotonic()
+            if since is None or now - started > db_retry_seconds():  # a new outage
+                since, delay = now, 0.1
+            met += 1
+            logger.warning(
+                "%s %s: its database connection failed (%s); connecting again to go on",
+                job.label,
+                lease.pk,
+                _first_line(e),
+            )
+            if now - since >= db_retry_seconds():
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        if met:
+            logger.warning(
+                "%s %s: ran to its end (database faults ridden out: %s)",
+                job.label,
+                lease.pk,
+                met,
+            )
+        return
+
+
+def lease_requeue(lease: Lease, *, why: str) -> bool:
+    """An attempt that ended unfinished, its worker alive (it failed at the database): the row
+    goes back to the queue now, its task sent again (or fails, as the reaper would fail it), not
+    when its lease runs out. Written on a new connection, tried again with back-off while the
+    lease would have lasted. False when the row is no longer this worker's, or the database did
+    not answer meanwhile (the reaper then requeues it once the lease ran out)."""
+    job = lease.job
+    if connection.in_atomic_block:  # a transaction of the caller's, lost with its connection
+        return False
+    faults = database_faults()
+    until = time.monotonic() + lease_seconds()
+    delay = 0.1
+    while True:
+        db_connection_reset()
+        try:
+            with transaction.atomic():
+                row = lease._mine().select_for_update().first()
+                if row is None:
+                    return False
+                _interrupted(job, row, why=why)
+            return True
+        except faults as e:
+            if time.monotonic() + delay > until:
+                logger.warning(
+                    "%s %s: not put back in the queue, the database did not answer (%s); "
+                    "it will be once its lease runs out",
+                    job.label,
+                    lease.pk,
+                    _first_line(e),
+                )
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 # The kinds beat reaps, by dotted path: a LongJob, or a function of no arguments that reaps a

@@ -118,7 +118,7 @@ def blob_store(data: bytes) -> Blob:
             "height": checked.height,
         },
     )
-    storage_put(blob.storage_key, checked.data)
+    storage_put(blob.storage_key, checked.data, sha256=checked.sha256)  # kept only if whole
     return blob
 
 

@@ -6,6 +6,7 @@ shapes that do not fit the task, class balance), runs the checks on what it read
 (datasets.services.health_checks), then replaces the dataset's findings at once.
 """
 
+import hashlib
 import io
 import logging
 import os
@@ -28,12 +29,14 @@ from datasets.services.health_checks import (
     SEVERITY_ORDER,
     DataTally,
     DecodeResult,
+    Kind,
     data_findings,
     dhash,
     hash_to_db,
     label_findings,
     pixel_findings,
     plural,
+    stored_damaged_finding,
 )
 from datasets.services.health_duplicates import duplicate_findings
 from workspaces.permissions import Perm
@@ -44,19 +47,31 @@ logger = logging.getLogger(__name__)
 DECODE_THREADS = min(8, os.cpu_count() or 1)
 
 
-def blob_decode(*, blob_id: int, storage_key: str) -> DecodeResult:
+def blob_decode(
+    *, blob_id: int, storage_key: str, size: int | None = None, sha256: str | None = None
+) -> DecodeResult:
     """Read the stored bytes and decode every pixel; hash the picture when it decodes.
 
-    JPEGs decode at reduced scale (the whole stream is still read, so truncation is caught) and
-    straight to grey, which is what the hash needs and several times faster than full size.
+    Bytes that are not the `size` and `sha256` the blob's row records (a file cut short by a
+    full disk) are damaged, and not decoded. JPEGs decode at reduced scale (the whole stream is
+    still read, so truncation is caught) and straight to grey, which is what the hash needs and
+    several times faster than full size.
     """
     try:
         with default_storage.open(storage_key, "rb") as fh:
             data = fh.read()
+    except FileNotFoundError:
+        return DecodeResult(blob_id, None, "the stored file is missing", damaged=True)
     except (OSError, ValueError) as e:
         return DecodeResult(blob_id, None, f"the stored file cannot be read ({e})")
     except Exception as e:  # object stores raise their own kinds
         return DecodeResult(blob_id, None, f"the stored file cannot be read ({type(e).__name__})")
+    if size is not None and len(data) != size:
+        why = f"{len(data):,} bytes stored, {size:,} recorded"
+        return DecodeResult(blob_id, None, why, damaged=True)
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        why = "the stored bytes are not the ones recorded"
+        return DecodeResult(blob_id, None, why, damaged=True)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", PILImage.DecompressionBombWarning)
@@ -107,6 +122,7 @@ def _health_check(dataset: Dataset) -> list[dict]:
             "blob__phash",
             "blob__width",
             "blob__height",
+            "blob__size",
         )
     )
     if not images:
@@ -139,11 +155,15 @@ def _health_check(dataset: Dataset) -> list[dict]:
 
 def _blobs_decode(images: list[tuple]) -> dict[int, DecodeResult]:
     """Decode each image's blob once (in threads) and store the hashes that changed."""
-    keys = {row[4]: Blob(sha256=row[5]).storage_key for row in images}
+    blobs = {row[4]: (row[5], row[9]) for row in images}
+
+    def decode(item: tuple[int, tuple[str, int]]) -> DecodeResult:
+        blob_id, (sha256, size) = item
+        key = Blob(sha256=sha256).storage_key
+        return blob_decode(blob_id=blob_id, storage_key=key, size=size, sha256=sha256)
+
     with ThreadPoolExecutor(max_workers=DECODE_THREADS) as pool:
-        results = list(
-            pool.map(lambda item: blob_decode(blob_id=item[0], storage_key=item[1]), keys.items())
-        )
+        results = list(pool.map(decode, blobs.items()))
     decoded = {r.blob_id: r for r in results}
 
     stored = {row[4]: row[6] for row in images}
@@ -182,6 +202,26 @@ def _findings_replace(
     dataset.health_warnings = counts[Severity.WARNING]
     dataset.health_checked_at = now
     return created
+
+
+@transaction.atomic
+def health_stored_damage_mark(*, dataset: Dataset, damaged: list[tuple[int, str, str]]) -> None:
+    """Set the dataset's finding on images whose stored file is damaged or missing, as
+    `manage.py blobs_check --repair` found them ((image id, filename, what is wrong) each), or
+    clear it with none, without waiting for the next check (which finds the same); its counts
+    follow."""
+    locked = Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
+    if locked is None:
+        return
+    HealthFinding.objects.filter(dataset=locked, kind=Kind.STORED_DAMAGED).delete()
+    if damaged:
+        HealthFinding.objects.create(dataset=locked, **stored_damaged_finding(damaged))
+    counts = Counter(
+        HealthFinding.objects.filter(dataset=locked).values_list("severity", flat=True)
+    )
+    Dataset.objects.filter(pk=locked.pk).update(
+        health_errors=counts[Severity.ERROR], health_warnings=counts[Severity.WARNING]
+    )
 
 
 # --- reads, and what training makes of the result (runs: datasets.services.health_runs) ------

@@ -3,7 +3,7 @@ bytes, the labels' rows, the classes. Each returns findings (kind, severity, mes
 datasets.services.health reads the rows, runs these and stores what they find.
 
 The images' rows are (id, filename, split, label_count, blob id, blob sha256, stored phash,
-width, height), as datasets.services.health reads them.
+width, height, blob size), as datasets.services.health reads them.
 """
 
 import math
@@ -38,6 +38,7 @@ class Kind:
     """What each check calls its findings (HealthFinding.kind)."""
 
     UNREADABLE = "unreadable"
+    STORED_DAMAGED = "stored_damaged"  # the stored file is missing, or not the bytes recorded
     LEAKAGE = "leakage"
     NEAR_DUPLICATE = "near_duplicate"
     LABEL_OUTSIDE = "label_outside"
@@ -59,6 +60,7 @@ class Kind:
 KIND_ORDER = [
     Kind.NO_LABELS,
     Kind.NO_TRAIN,
+    Kind.STORED_DAMAGED,
     Kind.UNREADABLE,
     Kind.LEAKAGE,
     Kind.LABEL_OUTSIDE,
@@ -106,6 +108,7 @@ class DecodeResult:
     blob_id: int
     phash: int | None  # unsigned; None when unreadable
     error: str = ""
+    damaged: bool = False  # the stored file is missing or not the bytes recorded (`error` says)
 
 
 def near_duplicate_pairs(hashes: dict[int, int], max_distance: int) -> list[tuple[int, int]]:
@@ -293,7 +296,14 @@ def pixel_findings(images: list[tuple], decoded: dict[int, DecodeResult]) -> lis
     """Unreadable files, then near-duplicates and train/val leakage by perceptual hash.
     `decoded`: each image's blob id → what decoding its bytes gave."""
     findings = []
-    broken = [(row[0], row[1], decoded[row[4]].error) for row in images if decoded[row[4]].error]
+    damaged = [(row[0], row[1], decoded[row[4]].error) for row in images if decoded[row[4]].damaged]
+    if damaged:
+        findings.append(stored_damaged_finding(damaged))
+    broken = [
+        (row[0], row[1], decoded[row[4]].error)
+        for row in images
+        if decoded[row[4]].error and not decoded[row[4]].damaged
+    ]
     if broken:
         examples = "; ".join(f"{name}: {why}" for _, name, why in broken[:3])
         findings.append(
@@ -348,6 +358,22 @@ def pixel_findings(images: list[tuple], decoded: dict[int, DecodeResult]) -> lis
             )
         )
     return findings
+
+
+def stored_damaged_finding(damaged: list[tuple[int, str, str]]) -> dict:
+    """The finding on images whose stored file is missing or not the bytes their row records:
+    (image id, filename, what is wrong) each. The health check finds them as it reads every
+    image, `manage.py blobs_check --repair` when it cannot repair them."""
+    examples = "; ".join(f"{name}: {why}" for _, name, why in damaged[:3])
+    return _finding(
+        Kind.STORED_DAMAGED,
+        Severity.ERROR,
+        f"{plural(len(damaged), 'image')} whose stored file is damaged or missing: "
+        f"{'it is' if len(damaged) == 1 else 'they are'} not served and training cannot use "
+        f"{'it' if len(damaged) == 1 else 'them'}{_shown(len(damaged))}. {examples}. Importing "
+        f"the original files again (into any dataset) repairs them.",
+        (image_id for image_id, _, _ in damaged),
+    )
 
 
 def label_findings(

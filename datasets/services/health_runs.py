@@ -7,7 +7,7 @@ import logging
 
 from django.db import IntegrityError, transaction
 
-from core.leases import LeaseLost, LongJob, lease_take, queued_until
+from core.leases import LeaseLost, LongJob, lease_take, lease_work, queued_until
 from core.tasks import task_send, task_send_on_commit
 from datasets.models import Dataset, HealthRun, HealthRunState
 from datasets.services.health import health_run
@@ -75,7 +75,9 @@ def health_run_request(*, access: WorkspaceAccess, dataset: Dataset) -> bool:
 
 def health_run_execute(*, dataset_id: int) -> HealthRun | None:
     """The task's body: take the dataset's queued run (none, or taken: nothing to do), check
-    the dataset under its lease, and finish the run."""
+    the dataset under its lease, and finish the run. A fault of the database connection runs
+    the check again (it replaces the findings whole), or puts the run back in the queue at once
+    (core.leases.lease_work): it is not failed for it."""
     pk = (
         HealthRun.objects.filter(dataset_id=dataset_id, state=HealthRunState.QUEUED)
         .values_list("pk", flat=True)
@@ -84,16 +86,20 @@ def health_run_execute(*, dataset_id: int) -> HealthRun | None:
     lease = lease_take(HEALTH_JOB, pk) if pk is not None else None
     if lease is None:
         return None
-    dataset = Dataset.objects.filter(pk=dataset_id).first()
-    try:
+
+    def check() -> None:
+        dataset = Dataset.objects.filter(pk=dataset_id).first()
         if dataset is not None:
-            with lease.kept():
-                health_run(dataset=dataset, lease=lease)
+            health_run(dataset=dataset, lease=lease)
         with transaction.atomic():
             run = lease.fence()
             lease.finish(HealthRunState.SUCCEEDED, error="")
             if run.rerun_requested:
                 health_run_enqueue(dataset_id=dataset_id)
+
+    try:
+        if not lease_work(lease, check):
+            return None  # back in the queue, or the reaper's once its lease runs out
     except LeaseLost:
         logger.warning("health check %s: attempt %s lost its lease", pk, lease.attempt)
     except Exception as e:  # the check's own bugs, a soft time limit: the page says so

@@ -6,12 +6,14 @@ one blob); bytes stored by a failed import are removed again.
 """
 
 import dataclasses
+import errno
 import json
 import logging
 import os
 import tempfile
 import threading
 import time
+import traceback
 import unicodedata
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -24,7 +26,15 @@ from django.core.files.storage import default_storage
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core.leases import Lease, LeaseLost, LongJob, lease_take
+from core.leases import (
+    Lease,
+    LeaseLost,
+    LongJob,
+    database_faults,
+    db_connection_reset,
+    lease_take,
+    lease_work,
+)
 from core.storage import storage_is_local, storage_put
 from core.tasks import task_send
 from datasets.models import (
@@ -609,7 +619,9 @@ class _BlobWriter:
             if sha in self._claimed:
                 return bool(checked.thumbnail)
             self._claimed.add(sha)
-        if storage_put(key, checked.data):
+        # A file at the key is kept only when it is whole (its size and hash): a 0-byte file
+        # an import left on a full disk is written again, not trusted.
+        if storage_put(key, checked.data, sha256=sha):
             with self._lock:
                 self.written.append(key)
         if not checked.thumbnail:
@@ -803,16 +815,39 @@ def _batches(items: Iterator) -> Iterator[list]:
         yield batch
 
 
-def _check_batch(batch: list) -> tuple[list, list[str]]:
-    """In a checking process: each entry checked and stored; the keys it wrote."""
+def _check_batch(batch: list) -> tuple[list, list[str], tuple | None]:
+    """In a checking process: each entry checked and stored; the keys it wrote; and why it
+    stopped, when an entry failed (a full disk): the keys written before it still come back,
+    so the failed import removes them."""
     writer = _BlobWriter()
-    return [_check_one(item, writer) for item in batch], writer.written
+    results = []
+    try:
+        for item in batch:
+            results.append(_check_one(item, writer))
+    except Exception as e:
+        return results, writer.written, (traceback.format_exc(), getattr(e, "errno", None))
+    return results, writer.written, None
+
+
+class CheckingFailed(Exception):
+    """An image's check or store failed in a checking process: its traceback is the message,
+    its `errno` the failure's where it was an OSError (ENOSPC: the disk is full)."""
+
+    def __init__(self, message: str, code: int | None):
+        super().__init__(message)
+        self.errno = code
 
 
 def _batch_results(pending, writer: "_BlobWriter") -> list:
-    results, written = pending.get()
+    results, written, failure = pending.get()
     writer.written += written
+    if failure is not None:
+        raise CheckingFailed(*failure)
     return results
+
+
+def _storage_full(e: BaseException) -> bool:
+    return getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _after_commit(dataset_id: int, blob_ids: list[int]) -> None:
@@ -831,6 +866,11 @@ def _execute(imp: Import, source, lease: Lease) -> Import:
         run.run()
     except LeaseLost:
         raise  # its bytes stay: the newer attempt may be storing the same ones right now
+    except database_faults():
+        # Its rows rolled back with the connection, and it runs again (core.leases.lease_work):
+        # the bytes it stored are removed, on a new connection, as after any failure.
+        _cleanup_after_fault(run, imp)
+        raise
     except ArchiveError as e:
         run.cleanup_failed()
         lease.finish(
@@ -838,13 +878,17 @@ def _execute(imp: Import, source, lease: Lease) -> Import:
             error=str(e),
             report={"skipped": _listed(run.skipped), "skipped_count": len(run.skipped)},
         )
-    except Exception:
+    except Exception as e:
         run.cleanup_failed()
         logger.exception("import %s failed", imp.pk)
-        lease.finish(
-            ImportStatus.FAILED,
-            error="The import failed because of an internal error; nothing was imported.",
-        )
+        if _storage_full(e):
+            error = (
+                "The import failed: the disk that stores images is full. Nothing was imported "
+                "and nothing of it is left stored; import again once there is space."
+            )
+        else:
+            error = "The import failed because of an internal error; nothing was imported."
+        lease.finish(ImportStatus.FAILED, error=error)
     else:
         blob_ids, dataset_id = run.unthumbnailed_blob_ids, imp.dataset_id
         transaction.on_commit(lambda: _after_commit(dataset_id, blob_ids))
@@ -853,6 +897,16 @@ def _execute(imp: Import, source, lease: Lease) -> Import:
     cache.delete(_progress_key(imp.pk))
     imp.refresh_from_db()
     return imp
+
+
+def _cleanup_after_fault(run: _Run, imp: Import) -> None:
+    db_connection_reset()
+    try:
+        run.cleanup_failed()
+    except database_faults() as e:
+        logger.warning(
+            "import %s: the database is away (%s), the bytes it stored are left", imp.pk, e
+        )
 
 
 def import_run(*, import_id: int) -> Import | None:
@@ -867,18 +921,26 @@ def import_run(*, import_id: int) -> Import | None:
 
 
 def import_execute(imp: Import, lease: Lease) -> Import:
-    """The body of an upload's import, run from its stored chunks while `lease` is renewed."""
+    """The body of an upload's import, run from its stored chunks while `lease` is renewed. A
+    fault of the database connection runs it again from the chunks (an attempt commits nothing
+    but with its end), or puts it back in the queue at once (core.leases.lease_work)."""
+
+    def attempt() -> None:
+        try:
+            source = _open_upload(imp, _limits_for(imp.dataset))
+        except ArchiveError as e:
+            lease.finish(ImportStatus.FAILED, error=str(e))
+        else:
+            _execute(imp, source, lease)
+
     try:
-        with lease.kept():
-            try:
-                source = _open_upload(imp, _limits_for(imp.dataset))
-            except ArchiveError as e:
-                lease.finish(ImportStatus.FAILED, error=str(e))
-            else:
-                _execute(imp, source, lease)
+        if not lease_work(lease, attempt):
+            return imp  # back in the queue (its chunks kept for the next attempt), or the reaper's
     except LeaseLost:
         logger.warning("import %s: attempt %s lost its lease", imp.pk, lease.attempt)
         imp.refresh_from_db()
+        if imp.is_final:  # finished by this attempt after all (its reply lost with a connection)
+            _delete_chunks(imp)
         return imp
     _delete_chunks(imp)
     imp.refresh_from_db()
@@ -939,17 +1001,23 @@ def dataset_import_path(
     imp.refresh_from_db()
     imp.dataset = dataset
     limits = _limits_for(dataset)
-    try:
-        if path.is_dir():
-            source = FolderSource(path, limits)
-        elif looks_like_image(path.name) or is_video(path.name):
-            source = FolderSource(path.parent, limits, only=path.name)
+
+    def attempt() -> None:
+        try:
+            if path.is_dir():
+                source = FolderSource(path, limits)
+            elif looks_like_image(path.name) or is_video(path.name):
+                source = FolderSource(path.parent, limits, only=path.name)
+            else:
+                source = Archive(path.open("rb", buffering=READ_BUFFER), limits)
+            source = _with_videos(source, imp)
+        except ArchiveError as e:
+            lease.finish(ImportStatus.FAILED, error=str(e))
         else:
-            source = Archive(path.open("rb", buffering=READ_BUFFER), limits)
-        source = _with_videos(source, imp)
-    except ArchiveError as e:
-        lease.finish(ImportStatus.FAILED, error=str(e))
-        imp.refresh_from_db()
-        return imp
-    with lease.kept():
-        return _execute(imp, source, lease)
+            _execute(imp, source, lease)
+
+    # A fault of the database runs it again from the disk; past LONG_JOB_DB_RETRY_SECONDS it
+    # fails, saying so (no chunks to run it again from later).
+    lease_work(lease, attempt)
+    imp.refresh_from_db()
+    return imp

@@ -72,18 +72,21 @@ def version_check(version: DatasetVersion, *, task: str | None = None) -> Versio
 
 
 def _broken(version: DatasetVersion, manifest: dict) -> Finding | None:
-    """The version's images whose bytes the dataset's last health check could not decode
-    (by content: a file that does not decode does not in any version). Images deleted from the
-    dataset since are not known any more, nor those past a finding's first 1,000."""
-    finding = (
-        HealthFinding.objects.filter(dataset_id=version.dataset_id, kind=Kind.UNREADABLE)
-        .only("image_ids", "created_at")
-        .first()
+    """The version's images whose bytes the dataset's last health check could not decode, or
+    found damaged in storage (by content: a file that does not decode does not in any
+    version). Images deleted from the dataset since are not known any more, nor those past a
+    finding's first 1,000."""
+    findings = list(
+        HealthFinding.objects.filter(
+            dataset_id=version.dataset_id, kind__in=(Kind.UNREADABLE, Kind.STORED_DAMAGED)
+        ).only("image_ids", "created_at")
     )
-    if finding is None or not finding.image_ids:
+    image_ids = [i for finding in findings for i in finding.image_ids]
+    if not image_ids:
         return None
+    finding = max(findings, key=lambda f: f.created_at)
     shas = set(
-        Image.objects.filter(dataset_id=version.dataset_id, pk__in=finding.image_ids).values_list(
+        Image.objects.filter(dataset_id=version.dataset_id, pk__in=image_ids).values_list(
             "blob__sha256", flat=True
         )
     )

@@ -91,14 +91,17 @@ def _image_headers(response: HttpResponse, etag: str | None) -> HttpResponse:
     return response
 
 
-def _serve(request, *, key: str, content_type: str, etag: str, filename: str) -> HttpResponse:
-    """The stored image, or a 304 for a matching ETag; 404 when the object is missing."""
+def _serve(
+    request, *, key: str, content_type: str, etag: str, filename: str, size: int | None = None
+) -> HttpResponse:
+    """The stored image, or a 304 for a matching ETag; 404 when the object is missing, an
+    error when it is not the `size` recorded (a truncated file is never sent as the image)."""
     # condition()'s own check; not the decorator, whose etag_func would look the image up again.
     conditional = get_conditional_response(request, etag=etag)  # 304, or 412 for If-Match
     if conditional is not None:
         return _image_headers(conditional, etag) if conditional.status_code == 304 else conditional
     response = stored_file_response(
-        key=key, filename=filename, inline_type=content_type, cache_seconds=CACHE_SECONDS
+        key=key, filename=filename, inline_type=content_type, cache_seconds=CACHE_SECONDS, size=size
     )
     if response.status_code == 200:
         # Not on a redirect to S3: a 304 would renew a cached redirect whose signature expired.
@@ -115,6 +118,7 @@ def _image_file(request, image: Image) -> HttpResponse:
         content_type=blob.content_type,
         etag=f'"{blob.sha256}"',
         filename=f"image-{image.pk}.{ext}",
+        size=blob.size,
     )
 
 

@@ -182,11 +182,17 @@ def test_truncated_and_missing_images_are_errors():
     found = by_kind(health_run(dataset=dataset))
     finding = found[Kind.UNREADABLE]
     assert finding.severity == "error"
-    assert sorted(finding.image_ids) == sorted([truncated.pk, missing.pk])
-    assert "2 images cannot be decoded" in finding.message
+    assert finding.image_ids == [truncated.pk]
+    assert "1 image cannot be decoded" in finding.message
     assert "cut.jpg: image file is truncated" in finding.message
+    # A stored file gone is storage's fault, not the image's (issue 34): a finding of its own.
+    gone = found[Kind.STORED_DAMAGED]
+    assert gone.severity == "error"
+    assert gone.image_ids == [missing.pk]
+    assert "1 image whose stored file is damaged or missing" in gone.message
+    assert "gone.png: the stored file is missing" in gone.message
     dataset.refresh_from_db()
-    assert dataset.health_errors == 1
+    assert dataset.health_errors == 2
 
 
 def test_near_duplicates_in_one_split_are_a_warning():
