@@ -14,7 +14,7 @@ from django.db.models import F
 from annotation import assist
 from annotation.models import PrelabelRun, PrelabelState
 from annotation.services import model_class_map, suggestions_store
-from core.leases import Lease, LeaseLost, LongJob
+from core.leases import Lease, LeaseLost, LongJob, database_faults, lease_work
 from core.storage import storage_get_file, storage_local_path
 from core.tasks import task_send
 from datasets.models import Image, LabelStatus
@@ -76,8 +76,9 @@ def prelabel_execute(run: PrelabelRun, lease: Lease) -> None:
     finished batches stay (each batch is whole). Each batch commits only under the lease: a
     worker that was given up on stops at its next write, and writes nothing more."""
     try:
-        with lease.kept():
-            _batches_run(run, lease)
+        # A dropped database connection reruns the batches in place (a run starts over: each
+        # image's suggestions replace that model's earlier ones), or requeues the run at once.
+        lease_work(lease, lambda: _batches_run(run, lease))
     except LeaseLost:
         logger.warning("pre-labelling run %s: attempt %s lost its lease", run.pk, lease.attempt)
 
@@ -108,7 +109,7 @@ def _batches_run(run: PrelabelRun, lease: Lease) -> None:
                         class_map=class_map,
                     )
                 lease.renew(done=F("done") + len(batch), suggestions=F("suggestions") + stored)
-    except LeaseLost:
+    except (LeaseLost, *database_faults()):
         raise
     except assist.AssistError as exc:
         lease.finish(PrelabelState.FAILED, error=str(exc)[:2000])

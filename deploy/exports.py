@@ -16,7 +16,15 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from core.errors import ServiceError
-from core.leases import Lease, LeaseLost, LongJob, lease_take, queued_until
+from core.leases import (
+    Lease,
+    LeaseLost,
+    LongJob,
+    database_faults,
+    lease_take,
+    lease_work,
+    queued_until,
+)
 from core.storage import storage_delete, storage_put_file
 from core.tasks import task_send, task_send_on_commit
 from deploy.export_formats import FORMATS_BY_KEY, format_availability, format_catalog
@@ -157,8 +165,8 @@ def export_execute(export: ModelExport, lease: Lease) -> ModelExport:
     exports/<model>/<export>/<attempt>/, and record progress, the log and the end on the row,
     while `lease` is this worker's (a worker given up on stops at its next progress line)."""
     try:
-        with lease.kept():
-            _convert(export, lease)
+        # A dropped database connection converts again in place, or requeues the export at once.
+        lease_work(lease, lambda: _convert(export, lease))
     except LeaseLost:
         logger.warning("export %s: attempt %s lost its lease", export.pk, lease.attempt)
     export.refresh_from_db()
@@ -228,7 +236,7 @@ def _convert(export: ModelExport, lease: Lease) -> None:
         ):
             storage_delete(key)  # deleted meanwhile, or no longer this worker's
         key = ""
-    except LeaseLost:
+    except (LeaseLost, *database_faults()):
         if key:
             storage_delete(key)
         raise
