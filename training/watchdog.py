@@ -33,6 +33,16 @@ STARTING, TRAINING, VALIDATING, FINISHING, ENDING = (
 )
 
 
+# What the trainer was doing, as a person is told: "no progress for 81 s while validating".
+PHASE_WORDS = {
+    STARTING: "starting",
+    TRAINING: "training",
+    VALIDATING: "validating",
+    FINISHING: "saving its results",
+    ENDING: "exiting",
+}
+
+
 @dataclass(frozen=True)
 class Stall:
     silent: float  # seconds without progress
