@@ -373,6 +373,17 @@ DEFAULT_EXCEPTION_REPORTER = "config.errors.SuperuserOnlyExceptionReporter"
 # Front servers whose X-Forwarded-For the web server believes (comma-separated addresses).
 # Empty: none, so a client cannot pick the address rate limits count (config/web.py).
 TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
+# Requests are bounded before they are read (core/request_guard.py, config/body_limits.py;
+# the README's "Request limits"): a request's line and headers arrive within
+# REQUEST_HEADER_TIMEOUT_SECONDS; its body within REQUEST_BODY_TIMEOUT_SECONDS plus a second
+# for every REQUEST_BODY_MIN_BYTES_PER_SECOND bytes that arrived; and a web process receives
+# at most UPLOADS_PER_ADDRESS uploads (bodies past what a caller without credentials may send)
+# at once from one client address, and UPLOADS_PER_CALLER for one account, key or run.
+REQUEST_HEADER_TIMEOUT_SECONDS = env.float("REQUEST_HEADER_TIMEOUT_SECONDS", default=10.0)
+REQUEST_BODY_TIMEOUT_SECONDS = env.float("REQUEST_BODY_TIMEOUT_SECONDS", default=20.0)
+REQUEST_BODY_MIN_BYTES_PER_SECOND = env.int("REQUEST_BODY_MIN_BYTES_PER_SECOND", default=1024)
+UPLOADS_PER_ADDRESS = env.int("UPLOADS_PER_ADDRESS", default=16)
+UPLOADS_PER_CALLER = env.int("UPLOADS_PER_CALLER", default=6)
 
 # Content security policy: same-origin scripts only, never inline.
 CONTENT_SECURITY_POLICY = {
@@ -405,8 +416,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"permission_denied": {"()": "config.log_filters.PermissionDeniedOneLine"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    # httpx logs every request at INFO: a line per prediction forwarded to a model server.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    "loggers": {
+        # httpx logs every request at INFO: a line per prediction forwarded to a model server.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        # A 403 is one line with its reason, not a traceback per refusal.
+        "django.request": {"filters": ["permission_denied"]},
+    },
 }

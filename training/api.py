@@ -3,7 +3,7 @@
 
 from datetime import datetime
 
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from ninja import Field, Router, Schema, Status
 
 from core.errors import ServiceError
@@ -11,7 +11,14 @@ from core.files import stored_file_response
 from datasets.models import Task
 from training import selectors
 from training.estimator import EstimateConfig, estimates_for, version_images
-from training.models import ModelFamily, ModelSize, TrainedModel, TrainingJob, WeightsSource
+from training.models import (
+    InspectState,
+    ModelFamily,
+    ModelSize,
+    TrainedModel,
+    TrainingJob,
+    WeightsSource,
+)
 from training.services.arguments import (
     BATCH_MAX,
     EPOCHS_MAX,
@@ -141,7 +148,7 @@ class JobOut(Schema):
 
     @staticmethod
     def resolve_artifacts(job) -> list[str]:
-        return sorted(job.artifacts)
+        return sorted(job.artifacts_served)
 
     @staticmethod
     def resolve_attempts(job):
@@ -290,11 +297,14 @@ def model_get(request: HttpRequest, model_id: int):
 
 @router.get("/models/{model_id}/weights")
 def model_weights(request: HttpRequest, model_id: int):
-    """The model's weights, a PyTorch .pt file that Ultralytics' YOLO() loads."""
+    """The model's weights, a PyTorch .pt file that Ultralytics' YOLO() loads, once they passed
+    inspection (pending or refused ones are never served)."""
     access, model = selectors.model_access_for_caller(
         auth=request.auth, user=request.user, pk=model_id
     )
     access.require(Perm.READ)
+    if model.inspect_state != InspectState.OK:
+        raise Http404("These weights have not passed inspection; they are not served.")
     return stored_file_response(
         key=model.weights_key,
         filename=f"kestrel-model-{model.pk}-{model.architecture or 'yolo'}.pt",

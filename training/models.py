@@ -219,6 +219,13 @@ class TrainingJob(models.Model):
     latest_metrics = models.JSONField(default=dict, blank=True)
     final_metrics = models.JSONField(default=dict, blank=True)
     artifacts = models.JSONField(default=dict, blank=True, help_text="name → storage key")
+    # A checkpoint (a .pt) among the artifacts is served only once it passed the inspection
+    # every stored checkpoint goes through (training.services.inspection); this says which did.
+    inspected_weights = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Checkpoints among the artifacts that passed inspection: name → storage key.",
+    )
     results = models.JSONField(
         default=dict, blank=True, help_text="Final validation: per-class table, confusion matrix."
     )
@@ -284,6 +291,18 @@ class TrainingJob(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def artifacts_served(self) -> dict[str, str]:
+        """The artifacts a member may fetch: every file but a checkpoint that has not passed
+        inspection (pending, refused, or stored before Kestrel inspected checkpoints)."""
+        return {
+            name: key
+            for name, key in self.artifacts.items()
+            if isinstance(key, str)
+            and key
+            and (not key.endswith(".pt") or self.inspected_weights.get(name) == key)
+        }
 
     @property
     def checkpoint_key(self) -> str:

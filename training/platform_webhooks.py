@@ -11,7 +11,11 @@ The key is a workspace API key (`Authorization: Bearer`) with the train scope. A
 with a readable `error`: 401 only for a key that is not a key (the client switches itself off
 for the rest of its process on any 401), 403 for a missing scope or a plan limit, 404 for a
 workspace, project or job the key cannot reach (unknown and foreign alike), 400/413 for a
-malformed or oversized body (counted on the job where one is named)."""
+malformed or oversized body (counted on the job where one is named), 410 for a run that has
+ended and for an upload URL whose attempt has: a finished run's files and the model made from
+them never change (the client logs a 410 and goes on; it retries none). `training_started`
+naming an ended run is the one exception: it answers `cancelled`, so that the client reports
+a new run instead (a 410 there would leave the new run untracked)."""
 
 import json
 import re
@@ -34,9 +38,11 @@ from training.services.external_runs import (
     external_run_start,
     project_for_run,
     run_cancelled,
+    run_live_check,
     slug,
 )
 from training.services.external_uploads import (
+    RunEnded,
     RunNotFound,
     RunRefused,
     UploadForbidden,
@@ -234,13 +240,16 @@ def training_metrics(request: HttpRequest) -> JsonResponse:
                 upload = external_checkpoint_saved(job=job, token=data.get("modelPath"))
                 return JsonResponse({"saved": True, "modelPath": upload.token})
             elif event == "training_complete":
-                job, _ = external_complete(job=job, data=data)
+                job = external_complete(job=job, data=data)
                 return JsonResponse(
                     {"ok": True, "state": job.state, "modelUrl": _job_url(request, job)}
                 )
             else:
+                run_live_check(job)
                 TrainingJob.objects.filter(pk=job.pk).update(client_seen_at=timezone.now())
             return JsonResponse({"ok": True, "cancelled": run_cancelled(job)})
+        except RunEnded as e:
+            return _error(410, str(e))
         except RunNotFound as e:
             return _error(404, str(e))
         except RunRefused as e:
@@ -265,6 +274,8 @@ def model_upload(request: HttpRequest) -> JsonResponse:
             upload, path = external_upload_create(job=job, filename=body.get("filename"), size=size)
         except UploadTooLarge as e:
             return _error(413, str(e))
+        except RunEnded as e:
+            return _error(410, str(e))
         except RunRefused as e:
             return _error(403, str(e))
         except ServiceError as e:
@@ -285,7 +296,8 @@ def model_upload(request: HttpRequest) -> JsonResponse:
 @csrf_exempt
 @require_http_methods(["PUT"])
 def model_upload_put(request: HttpRequest, token: str) -> JsonResponse:
-    """The signed URL is the only key (like a presigned S3 URL): one file of one job, once."""
+    """The signed URL is the only key (like a presigned S3 URL): one file of one attempt of
+    one job, once, while that attempt is live."""
     try:
         upload = external_upload_store(
             token=token,
@@ -296,6 +308,8 @@ def model_upload_put(request: HttpRequest, token: str) -> JsonResponse:
         )
     except UploadForbidden as e:
         return _error(403, str(e))
+    except RunEnded as e:
+        return _error(410, str(e))
     except UploadTooLarge as e:
         return _error(413, str(e))
     except ServiceError as e:

@@ -27,12 +27,12 @@ from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from ninja import Router
 
 from core.files import stored_file_response
-from core.storage import storage_exists, storage_put
+from core.storage import storage_delete, storage_exists, storage_put
 from datasets.models import Task
 from datasets.services.export import ZipSink, yolo_layout_write
 from datasets.services.versions import version_manifest_load
 from training.event_schema import PLOT_NAME_RE
-from training.models import FINAL_STATES, TrainingJob, WeightsSource
+from training.models import FINAL_STATES, TrainingAttempt, TrainingJob, WeightsSource
 from training.run_files import MAX_WEIGHTS_BYTES
 from training.services.materialise import manifest_subset
 from training.streams import kept_key, sent_key, training_redis
@@ -216,13 +216,28 @@ def trainer_upload(request: HttpRequest, job_id: int, attempt: int, name: str) -
     good = _upload_signature(job_id, attempt, name, int(expires))
     if not hmac.compare_digest(signature, good) or int(expires) < time.time():
         return refuse(403, "This upload URL is not valid or has expired.")
-    job = TrainingJob.objects.filter(pk=job_id).values("attempts", "state").first()
-    if job is None or job["state"] in FINAL_STATES or job["attempts"] != attempt:
+    if not _attempt_live(job_id, attempt):
         return refuse(410, "This attempt has ended.")
     declared = request.META.get("CONTENT_LENGTH") or ""
     if not declared.isdigit():
         return refuse(411, "Send the file with its Content-Length.")
     if int(declared) > MAX_WEIGHTS_BYTES:
         return refuse(413, f"A file is at most {MAX_WEIGHTS_BYTES >> 20} MB.")
-    storage_put(attempt_files_key(job_id, attempt, name), request, replace=True)
+    key = attempt_files_key(job_id, attempt, name)
+    storage_put(key, request, replace=True)
+    if not _attempt_live(job_id, attempt):  # it ended while the bytes came in: none are kept
+        storage_delete(key)
+        return refuse(410, "This attempt has ended.")
     return JsonResponse({"stored": name})
+
+
+def _attempt_live(job_id: int, attempt: int) -> bool:
+    """Whether `attempt` is the job's live attempt (an upload URL dies with its attempt). What
+    it uploads is only staged for its supervisor, which inspects each checkpoint before it
+    stores it (training.supervisor)."""
+    job = TrainingJob.objects.filter(pk=job_id).values("attempts", "state").first()
+    if job is None or job["state"] in FINAL_STATES or job["attempts"] != attempt:
+        return False
+    return TrainingAttempt.objects.filter(
+        job_id=job_id, number=attempt, ended_at__isnull=True
+    ).exists()

@@ -8,17 +8,20 @@ stop and cancel. A finished job needs nothing from Redis. What it keeps there is
 training.streams'; an attempt whose supervisor died is training.reaper's.
 """
 
+import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import redis
@@ -82,7 +85,9 @@ from training.streams import (
     training_redis,
 )
 from training.ultralytics_env import ultralytics_env
-from training.watchdog import Stall, Watchdog
+from training.watchdog import PHASE_WORDS, Stall, Watchdog
+from training.weights_check import REFUSED_PREFIX
+from training.weights_process import CheckpointInspector
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +117,10 @@ class LeaseHeld(Exception):
 
 class LeaseGone(Exception):
     """This attempt no longer holds the job's lease: another took it over. It writes nothing."""
+
+
+class WeightsRefused(Exception):
+    """A checkpoint of the attempt failed inspection; the message says why."""
 
 
 def lease_take(job_id: int, worker: str) -> Lease:
@@ -228,9 +237,15 @@ class Supervisor:
         self.watchdog: Watchdog | None = None  # the trainer's progress, once it is started
         self.progress_at = None  # when the trainer last made progress (billing follows it)
         self.hung: Stall | None = None  # why the trainer was taken for hung, if it was
+        self.hung_phase = ""  # what it was doing then (training.watchdog's phase)
         self.caught_up = True  # the last read emptied the stream
         self.store_failures = 0  # checkpoints in a row that could not be stored
         self.quiet_said = False  # whether the page was told the trainer has gone quiet
+        # Every checkpoint is inspected, as an upload is, before it is stored: by one worker
+        # process for the attempt (started at the first), each file once by its digest.
+        self.inspector = CheckpointInspector()
+        self.inspected: dict[str, str] = {}  # sha256 → "" (passed) or why it was refused
+        self.refused = ""  # why the attempt's weights were refused, if they were
 
     # -- helpers
     def _workdir(self) -> Path:
@@ -279,6 +294,7 @@ class Supervisor:
         try:
             self._run()
         finally:
+            self.inspector.close()
             # No machine outlives its attempt: a cloud provider stops paying for it here.
             if self.machine is not None:
                 try:
@@ -598,14 +614,20 @@ class Supervisor:
         stall = self.watchdog.stalled(time.monotonic())
         if stall is None:
             return False
+        w = self.watchdog
         logger.warning(
-            "job %s: no progress for %.0f s (allowed %.0f s); ending attempt %s",
+            "job %s: no progress for %.0f s while %s (allowed %.0f s: longest gap %.2f s, "
+            "%s epochs, %s validations); ending attempt %s",
             self.job.pk,
             stall.silent,
+            w.phase,
             stall.allowance,
+            w.longest,
+            w.epochs,
+            w.validations,
             self.attempt.number,
         )
-        self.hung = stall
+        self.hung, self.hung_phase = stall, PHASE_WORDS[self.watchdog.phase]
         self.provider.terminate(self.handle, force=True)
         return True
 
@@ -631,7 +653,7 @@ class Supervisor:
             for entry_id, fields in entries:
                 read += 1
                 try:
-                    self._handle(fields)
+                    self._handle(fields, entry_id)
                 except LeaseGone:
                     logger.warning(
                         "job %s: attempt %s lost its lease; it writes nothing more",
@@ -661,7 +683,7 @@ class Supervisor:
         if top and stream_id(top[0][0]) < stream_id(self.last_id):
             self.last_id = "0-0"
 
-    def _handle(self, fields: dict) -> None:
+    def _handle(self, fields: dict, entry_id: bytes | str = b"") -> None:
         """One stream entry, checked against the events' schema (a local trainer writes to the
         stream directly): malformed, unknown or out-of-order ones are dropped and counted."""
         try:
@@ -686,12 +708,14 @@ class Supervisor:
             self._drop()
             return
         if self.watchdog is not None and self.watchdog.event(kind, event, time.monotonic()):
-            self.progress_at = timezone.now()
+            self.progress_at = _sent_at(entry_id)
         try:
             if self.machine is not None and self.machine.details.get("remote"):
                 self._remote_files_take(kind, event)
             if kind in UNWRITTEN:
                 getattr(self, f"_on_{kind}")(event, seq)
+            elif kind == "checkpoint":  # inspected first, unfenced (it takes seconds); it
+                self._on_checkpoint(event, seq)  # stores and writes under the fence itself
             else:  # what it writes, it writes only while the attempt holds the lease
                 with self._fenced():
                     getattr(self, f"_on_{kind}")(event, seq)
@@ -774,29 +798,103 @@ class Supervisor:
 
     def _on_checkpoint(self, event: schema.Checkpoint, seq: int) -> None:
         """Store last-<epoch>.pt (and best-<epoch>.pt) from this attempt's own checkpoint
-        folder, then delete the older ones there: never a file anywhere else."""
+        folder, then delete the older ones there: never a file anywhere else. Each is copied
+        out of the folder and inspected first, and the very bytes inspected are stored; one
+        that fails is stored nowhere, and ends the run (`refused`)."""
+        if self.refused:
+            return
         base, folder = Path(self.machine.workdir), self._checkpoint_parts()
         stored = {}  # best first: last.pt names the epoch resumed from, so it goes in last
         if event.best:
-            stored[f"best-{event.epoch}.pt"] = self.job.best_key
-        stored[f"last-{event.epoch}.pt"] = self.job.checkpoint_key
-        for name, key in stored.items():
-            with run_file_open(base, *folder, name, max_bytes=MAX_WEIGHTS_BYTES) as f:
-                try:
-                    storage_put(key, f, replace=True)
-                except OSError as e:  # storage's fault (a full disk), not the trainer's file
-                    self._checkpoint_not_stored(event.epoch, e)
-                    return
-        self.store_failures = 0
-        artifacts = dict(self.job.artifacts)
-        if event.best:
-            artifacts["best.pt (training)"] = self.job.best_key
-        artifacts["last.pt"] = self.job.checkpoint_key
-        notice = {"notice": ""} if self.job.notice else {}
-        self._save_job(checkpoint_epoch=event.epoch, artifacts=artifacts, **notice)
-        if notice:
-            job_state_bump(self.job.pk)
+            stored[f"best-{event.epoch}.pt"] = ("best.pt (training)", self.job.best_key)
+        stored[f"last-{event.epoch}.pt"] = ("last.pt", self.job.checkpoint_key)
+        with tempfile.TemporaryDirectory(prefix="kestrel-checkpoint-") as tmp:
+            try:
+                copies = {name: self._inspected_copy((*folder, name), Path(tmp)) for name in stored}
+            except WeightsRefused as e:
+                self._weights_refused(
+                    f"The checkpoint of epoch {event.epoch} was refused and deleted: {e}. The "
+                    "run was stopped and its checkpoints deleted: a run whose trainer writes "
+                    "such files is not resumed."
+                )
+                checkpoints_prune(base, *folder, stored=event.epoch + 1)  # nobody keeps it
+                return
+            with self._fenced():
+                for name, (_, key) in stored.items():
+                    with open(copies[name], "rb") as f:
+                        try:
+                            storage_put(key, f, replace=True)
+                        except OSError as e:  # storage's fault (a full disk), not the file's
+                            self._checkpoint_not_stored(event.epoch, e)
+                            return
+                self.store_failures = 0
+                artifacts, inspected = dict(self.job.artifacts), dict(self.job.inspected_weights)
+                for artifact, key in stored.values():
+                    artifacts[artifact] = inspected[artifact] = key
+                notice = {"notice": ""} if self.job.notice else {}
+                self._save_job(
+                    checkpoint_epoch=event.epoch,
+                    artifacts=artifacts,
+                    inspected_weights=inspected,
+                    **notice,
+                )
+                if notice:
+                    job_state_bump(self.job.pk)
         checkpoints_prune(base, *folder, stored=event.epoch)  # stored now: the older ones go
+
+    def _inspected_copy(self, parts: tuple[str, ...], folder: Path) -> Path:
+        """A copy in `folder` of the machine's file workdir/parts... (opened as run_files
+        opens them), once it passed the inspection every stored checkpoint passes; raises
+        WeightsRefused saying why when it did not, OSError when there is no such plain file.
+        The lease is kept while the inspector works."""
+        name = parts[-1]
+        copy = folder / name
+        digest = hashlib.sha256()
+        with (
+            run_file_open(Path(self.machine.workdir), *parts, max_bytes=MAX_WEIGHTS_BYTES) as f,
+            open(copy, "xb") as out,
+        ):
+            while block := f.read(1 << 20):
+                digest.update(block)
+                out.write(block)
+        key = digest.hexdigest()
+        if key not in self.inspected:
+            answer = self.inspector.inspect(
+                copy,
+                name,
+                keep_alive=self._inspection_keep_alive,
+                every=settings.TRAINING_HEARTBEAT_SECONDS,
+            )
+            if len(self.inspected) > 16:
+                self.inspected.clear()
+            self.inspected[key] = answer.error or ""
+        if error := self.inspected[key]:
+            if error.startswith(REFUSED_PREFIX):
+                why = error.removeprefix(REFUSED_PREFIX).rstrip(".")
+            else:
+                why = f"{name} could not be inspected ({error.rstrip('.')})"
+            raise WeightsRefused(why)
+        return copy
+
+    def _inspection_keep_alive(self) -> None:
+        if not self._lease_renew():
+            self.lost_lease = True
+
+    def _weights_refused(self, message: str) -> None:
+        """A file of this attempt failed inspection: the trainer is stopped at once, nothing
+        more of it is stored, and the attempt ends failed with `message` (_finish)."""
+        logger.warning("job %s: %s", self.job.pk, message)
+        self.refused = message[:2000]
+        if self.handle is not None:
+            self.provider.terminate(self.handle, force=True)
+
+    def _checkpoints_drop(self) -> None:
+        """In the fence: the job's stored checkpoints go (a refused run keeps none)."""
+        job = self.job
+        kept = {name: key for name, key in job.artifacts.items() if not key.endswith(".pt")}
+        self._save_job(artifacts=kept, inspected_weights={}, checkpoint_epoch=None)
+        for key in (job.best_key, job.checkpoint_key):
+            transaction.on_commit(lambda key=key: storage_delete(key))
 
     def _checkpoint_not_stored(self, epoch: int, error: OSError) -> None:
         """Say so on the job page; after several in a row, stop the run (its last stored
@@ -892,16 +990,26 @@ class Supervisor:
         """The machine time up to the attempt's end, charged before the lease is let go."""
         meter(self.attempt.pk, until, holder=self.worker)
 
-    def _fail(self, message: str, *, platform: bool = False, kind: str = FailureKind.CRASH) -> None:
+    def _fail(
+        self,
+        message: str,
+        *,
+        platform: bool = False,
+        kind: str = FailureKind.CRASH,
+        drop_checkpoints: bool = False,
+    ) -> None:
         """End as failed, saying what kind of failure it was (whether Resume can help). A
         failure on Kestrel's side (not the data, arguments or weights) gives back every credit
-        the job spent."""
+        the job spent. `drop_checkpoints`: the job's stored checkpoints go too (its weights
+        were refused)."""
         kind = FailureKind.PLATFORM if platform else kind
         now = timezone.now()
         try:
             with self._fenced():
                 self._meter_end(now)
                 self._end_attempt(AttemptEnd.FAILED, message, at=now)
+                if drop_checkpoints:
+                    self._checkpoints_drop()
                 if self._transition(JobState.FAILED, error=message, failure_kind=kind) and platform:
                     refund_platform_failure(self.job, message)
         except LeaseGone:
@@ -913,6 +1021,9 @@ class Supervisor:
             logger.warning(
                 "job %s: attempt %s ended without its lease", self.job.pk, self.attempt.number
             )
+            return
+        if self.refused:  # a trainer that writes such files is not resumed
+            self._fail(self.refused, kind=FailureKind.WEIGHTS, drop_checkpoints=True)
             return
         if self.redis_gone:  # resumed from its last stored checkpoint, as any lost attempt
             self._lost(self.redis_gone)
@@ -952,55 +1063,78 @@ class Supervisor:
         self._lost(f"The trainer process ended unexpectedly ({how}).")
 
     def _hung_message(self) -> str:
-        epoch = self.job.checkpoint_epoch
-        where = f"from epoch {epoch}" if epoch else "from the start (no checkpoint was stored yet)"
         return (
-            f"No progress from the trainer for {self.hung.silent:.0f} s (its pace allowed "
-            f"{self.hung.allowance:.0f} s); it was stopped and the run restarted {where}."
+            f"No progress from the trainer for {math.ceil(self.hung.silent)} s while "
+            f"{self.hung_phase} (its pace allowed {self.hung.allowance:.0f} s); it was stopped."
         )
 
     def _lost(self, message: str, *, until=None) -> None:
         """The attempt is lost (its trainer died, hung, or Redis was gone too long): end it at
-        `until` (its last sign of work) and resume the job, or fail it after too many."""
+        `until` (its last sign of work) and resume the job, or fail it after too many. The
+        attempt says where the run goes on from, when it does."""
         until = until or timezone.now()
         try:
             with self._fenced():
                 self._meter_end(until)
+                job = job_locked(self.job.pk)
+                job_lost(job, message)
+                if job.state == JobState.QUEUED:
+                    epoch = job.checkpoint_epoch
+                    where = f"from epoch {epoch}" if epoch else "from the start"
+                    message = f"{message.rstrip('.')}; the run restarts {where}."
                 self._end_attempt(AttemptEnd.LOST, message, at=until)
-                job_lost(job_locked(self.job.pk), message)
         except LeaseGone:
             return
         self._cleanup()
 
     def _succeed(self, *, stopped: bool) -> None:
         end = self.outcome.train_end
-        now = timezone.now()
-        try:
-            with self._fenced():
-                self._meter_end(now)
-                job = job_locked(self.job.pk)
-                model = None
-                if end is not None and end.best:
-                    try:
-                        with self._run_file(*BEST_WEIGHTS, max_bytes=MAX_WEIGHTS_BYTES) as best:
-                            model = model_from_job(
-                                job=job,
-                                best=best,
-                                names=end.names,
-                                metrics=self.outcome.final_metrics,
-                            )
-                    except OSError as e:
-                        logger.warning("job %s: weights/best.pt not taken: %s", self.job.pk, e)
-                state = JobState.STOPPED if stopped else JobState.SUCCEEDED
-                error = "" if model else "Stopped before the first epoch."
-                if stopped and job.error:  # why it was stopped (credits, budget) stays on the job
-                    error = job.error
-                job_transition(job, state, error=error)
-                # in the same transaction: no reader sees the job ended and its attempt open
-                self._end_attempt(AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED, at=now)
-                self.job = job
-        except LeaseGone:
-            return
+        with tempfile.TemporaryDirectory(prefix="kestrel-weights-") as tmp:
+            best = None  # the run's final weights, once they passed inspection
+            if end is not None and end.best and not self.refused:
+                parts = ("jobs", str(self.job.pk), RUN_NAME, *BEST_WEIGHTS)
+                try:
+                    best = self._inspected_copy(parts, Path(tmp))
+                except OSError as e:
+                    logger.warning("job %s: weights/best.pt not taken: %s", self.job.pk, e)
+                except WeightsRefused as e:
+                    self._weights_refused(
+                        f"Training finished, but its final weights were refused and deleted: "
+                        f"{e}. No model was made from them, and the run's checkpoints were "
+                        "deleted too."
+                    )
+            if self.refused:
+                self._fail(self.refused, kind=FailureKind.WEIGHTS, drop_checkpoints=True)
+                return
+            now = timezone.now()
+            try:
+                with self._fenced():
+                    self._meter_end(now)
+                    job = job_locked(self.job.pk)
+                    model = None
+                    if best is not None:
+                        try:
+                            with open(best, "rb") as f:
+                                model = model_from_job(
+                                    job=job,
+                                    best=f,
+                                    names=end.names,
+                                    metrics=self.outcome.final_metrics,
+                                )
+                        except OSError as e:
+                            logger.warning("job %s: weights/best.pt not taken: %s", job.pk, e)
+                    state = JobState.STOPPED if stopped else JobState.SUCCEEDED
+                    error = "" if model else "Stopped before the first epoch."
+                    if stopped and job.error:  # why it was stopped (credits, budget) stays
+                        error = job.error
+                    job_transition(job, state, error=error)
+                    # in the same transaction: no reader sees the job ended and its attempt open
+                    self._end_attempt(
+                        AttemptEnd.STOPPED if stopped else AttemptEnd.FINISHED, at=now
+                    )
+                    self.job = job
+            except LeaseGone:
+                return
         self._cleanup()
         if not stopped:
             self._remove_workdir()
@@ -1010,6 +1144,17 @@ class Supervisor:
 
 
 _MAIN_PREFIX = {"segment": "Mask", "pose": "Pose"}
+
+
+def _sent_at(entry_id: bytes | str):
+    """When an event entered the stream (its id's milliseconds: the trainer's send, or the web's
+    receipt of it), not when a busy supervisor got to it; never later than now."""
+    now = timezone.now()
+    try:
+        ms, _ = stream_id(entry_id)
+    except ValueError:
+        return now
+    return min(now, datetime.fromtimestamp(ms / 1000, tz=UTC)) if ms else now
 
 
 def _results(raw: dict, task: str) -> dict:

@@ -119,6 +119,10 @@ _CALLED_WHEN_UNPICKLED = frozenset(
 RESTRICTED_LOADING_ENV = {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "ULTRALYTICS_SAFE_LOAD": "1"}
 
 
+# How every answer about a refused file begins (training.weights_worker writes it).
+REFUSED_PREFIX = "The weights file was refused: "
+
+
 class UnsafeWeights(Exception):
     """The file is not a checkpoint Kestrel will load; the message says why."""
 
@@ -400,14 +404,14 @@ class _Items(list):
     arguments, a class may be named in it)."""
 
 
-def _pickle_read(path: Path) -> bytes:
+def _pickle_read(path: Path, name: str) -> bytes:
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
         pickles = [i for i in zf.infolist() if i.filename.rpartition("/")[2] == "data.pkl"]
         if len(pickles) != 1 or len(set(names)) != len(names):
-            raise UnsafeWeights(f"{path.name} is not laid out as torch.save writes a checkpoint")
+            raise UnsafeWeights(f"{name} is not laid out as torch.save writes a checkpoint")
         if pickles[0].file_size > MAX_PICKLE_BYTES:
-            raise UnsafeWeights(f"{path.name}: its pickle is too large")
+            raise UnsafeWeights(f"{name}: its pickle is too large")
         return zf.read(pickles[0])
 
 
@@ -416,39 +420,42 @@ def _named(names) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def weights_check(path: Path) -> None:
+def weights_check(path: Path, *, name: str | None = None) -> None:
     """Raise UnsafeWeights, naming what is forbidden, unless `path` is a torch.save checkpoint
     whose pickle names only torch's own tensor rebuilders and CHECKPOINT_CLASSES, and restores
-    objects of those classes without calling them. Sets up restricted loading on the way."""
+    objects of those classes without calling them. Sets up restricted loading on the way.
+    `name`: what the messages call the file (by default its file name; a stored file's is part
+    of its storage key, which a message never shows)."""
     path = Path(path)
+    name = name or path.name
     if not zipfile.is_zipfile(path):
         raise UnsafeWeights(
-            f"{path.name} is not a PyTorch checkpoint (a .pt saved by torch.save is a zip file)"
+            f"{name} is not a PyTorch checkpoint (a .pt saved by torch.save is a zip file)"
         )
     checkpoint_loading_restrict()
     import pickle
 
     import torch
 
-    data = _pickle_read(path)
+    data = _pickle_read(path, name)
     try:
         # torch's own reading of the file: the names its unpickler would refuse.
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
     except ValueError as e:  # not a torch.save zip, or a TorchScript archive
-        raise UnsafeWeights(f"{path.name}: {e}") from None
+        raise UnsafeWeights(f"{name}: {e}") from None
     except (pickle.UnpicklingError, EOFError, RuntimeError):
         # Not a pickle torch's unpickler reads (another protocol, or garbage): say what it
         # would have called, if it names anything.
         named = {_torch_name(m, n) for m, n in pickle_globals(data)} - set(CHECKPOINT_CLASSES)
         if named:
             raise UnsafeWeights(
-                f"{path.name} would call {_named(named)} when loaded, which a YOLO checkpoint "
+                f"{name} would call {_named(named)} when loaded, which a YOLO checkpoint "
                 "never does (nor is its pickle one torch.save writes); it was not loaded"
             ) from None
         raise UnsafeWeights(
-            f"{path.name}: its pickle is damaged or not one torch.save writes; it was not loaded"
+            f"{name}: its pickle is damaged or not one torch.save writes; it was not loaded"
         ) from None
-    names, misuse = _pickle_walk(data, path.name)
+    names, misuse = _pickle_walk(data, name)
     # torch adds globals of its own when some of its modules are imported (the exceptions of
     # torch.distributed, DTensor, nested tensors): no YOLO checkpoint holds them, and whether
     # a file passes must not depend on what this process happened to import.
@@ -457,7 +464,7 @@ def weights_check(path: Path) -> None:
     forbidden = set(unsafe) | (names & (others - ours))
     if forbidden:
         raise UnsafeWeights(
-            f"{path.name} would call {_named(forbidden)} when loaded, which a YOLO "
+            f"{name} would call {_named(forbidden)} when loaded, which a YOLO "
             "checkpoint never does; it was not loaded"
         )
     if misuse:

@@ -1,17 +1,25 @@
 """The worker process every use of user weights goes through: `training.weights_worker`, which
 alone imports torch, run in a session of its own with a time limit, read back as progress
-lines, an answer and the tail of its log. Exports and inspections of uploads both call it."""
+lines, an answer and the tail of its log. Exports and inspections of uploads both call it
+(`worker_run`); a supervisor inspects every checkpoint of its attempt with one such process
+(`CheckpointInspector`)."""
 
 import json
+import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 INSPECT_TIMEOUT_SECONDS = 5 * 60
@@ -90,18 +98,143 @@ def worker_run(
         answer.log = log.read().decode("utf-8", "replace")
     if timed_out.is_set():
         answer.result = None
-        answer.error = f"It took longer than {round(timeout / 60)} minutes and was stopped."
+        answer.error = _too_long(timeout)
     elif proc.returncode != 0 and not answer.error:
         answer.result = None
-        answer.error = (
-            f"The worker process was killed by signal {-proc.returncode}"
-            + (" (out of memory?)" if proc.returncode == -signal.SIGKILL else "")
-            if proc.returncode < 0
-            else f"The worker process exited with code {proc.returncode}."
-        )
+        answer.error = _ended(proc.returncode)
     elif answer.result is None and not answer.error:
         answer.error = "The worker process ended without an answer."
     return answer
+
+
+def _too_long(timeout: float) -> str:
+    return f"It took longer than {round(timeout / 60)} minutes and was stopped."
+
+
+def _ended(returncode: int) -> str:
+    if returncode < 0:
+        return f"The worker process was killed by signal {-returncode}" + (
+            " (out of memory?)" if returncode == -signal.SIGKILL else ""
+        )
+    if returncode:
+        return f"The worker process exited with code {returncode}."
+    return "The worker process ended without an answer."
+
+
+class CheckpointInspector:
+    """The checkpoints of one training attempt, each inspected as an upload is (its pickle
+    checked, then loaded through torch's restricted unpickler), by one worker process
+    (`weights_worker serve`) started at the first: torch is imported once an attempt, not once
+    a checkpoint. Never shared between attempts: it opens only the files of one trainer."""
+
+    def __init__(self, *, timeout: float = INSPECT_TIMEOUT_SECONDS):
+        self.timeout = timeout
+        self.proc: subprocess.Popen | None = None
+        self.answers: queue.Queue = queue.Queue()
+        self.log = None
+
+    def _start(self) -> None:
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(  # noqa: S603 - our own module; paths go on its stdin
+            [sys.executable, "-m", "training.weights_worker", "serve"],
+            cwd=ROOT,
+            env=_worker_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+        )
+        # An inspector dropped unclosed closes the worker's stdin once collected: reading EOF,
+        # the worker ends (the reader holds its stdout only, never the process).
+        weakref.finalize(self, _quietly_closed, self.proc.stdin)
+        answers = self.answers = queue.Queue()  # a new one: nothing of an earlier process
+        stdout = self.proc.stdout
+
+        def read() -> None:
+            for line in stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(message, dict) and ("result" in message or "error" in message):
+                    answers.put(message)
+            answers.put(None)  # the process ended
+
+        threading.Thread(target=read, name="checkpoint-inspector", daemon=True).start()
+
+    def inspect(
+        self,
+        path: Path,
+        name: str,
+        *,
+        keep_alive: Callable[[], object] | None = None,
+        every: float = 1.0,
+    ) -> WorkerAnswer:
+        """The worker's answer for the checkpoint at `path` (`name` is what an answer calls
+        it). `keep_alive` is called every `every` seconds while it waits (the supervisor's lease
+        must outlast an inspection); past the time limit the process is killed."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self._start()
+        try:
+            self.proc.stdin.write(json.dumps({"inspect": str(path), "name": name}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass  # it died: its end is read below
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _kill_group(self.proc)
+                self.close()
+                return WorkerAnswer(error=_too_long(self.timeout))
+            try:
+                message = self.answers.get(timeout=min(every, left))
+            except queue.Empty:
+                if keep_alive is not None:
+                    keep_alive()
+                continue
+            if message is None:
+                returncode = self.proc.wait()
+                error = _ended(returncode)
+                logger.warning("checkpoint inspector ended: %s\n%s", error, self._log_tail())
+                self.close()
+                return WorkerAnswer(error=error)
+            result = message.get("result")
+            error = str(message.get("error") or "")[:2000]
+            return WorkerAnswer(result=result if isinstance(result, dict) else None, error=error)
+
+    def _log_tail(self) -> str:
+        if self.log is None:
+            return ""
+        self.log.seek(0, os.SEEK_END)
+        self.log.seek(max(0, self.log.tell() - LOG_TAIL_CHARS))
+        return self.log.read().decode("utf-8", "replace")
+
+    def close(self) -> None:
+        """End the worker process (it ends when its stdin closes; killed if it does not)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                proc.wait()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+
+def _quietly_closed(stream) -> None:
+    try:
+        stream.close()
+    except OSError:
+        pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -3,12 +3,18 @@ uploaded checkpoint. Web and Celery processes never import torch or Ultralytics 
 start this module and read its answers.
 
     python -m training.weights_worker export <weights.pt> <format> <outdir>
-    python -m training.weights_worker inspect <weights.pt>
+    python -m training.weights_worker inspect <weights.pt> [<name>]
+    python -m training.weights_worker serve
 
 One JSON object per line on stdout: {"progress": 0-100, "message": ...} while it works, then
-{"result": {...}} or {"error": "..."}. Everything else anyone prints (Ultralytics, PNNX, OpenVINO,
-including what C code writes) goes to stderr, which the caller keeps as the log. The caller sets
-the environment (Ultralytics offline, no installs). Django is not imported here.
+{"result": {...}} or {"error": "..."}. `serve` inspects one checkpoint per line it reads on
+stdin ({"inspect": <path>, "name": <name>}), answering each with one {"result": ...} or
+{"error": ...} line, until stdin closes: a supervisor inspects every checkpoint of its attempt
+without paying for the import of torch each time. `name` is what an answer calls the file (a
+stored file's own name is part of its storage key, which no answer shows). Everything else
+anyone prints (Ultralytics, PNNX, OpenVINO, including what C code writes) goes to stderr, which
+the caller keeps as the log. The caller sets the environment (Ultralytics offline, no
+installs). Django is not imported here.
 """
 
 import json
@@ -18,7 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from training.weights_check import UnsafeWeights, checkpoint_loading_restrict, weights_check
+from training.weights_check import (
+    REFUSED_PREFIX,
+    UnsafeWeights,
+    checkpoint_loading_restrict,
+    weights_check,
+)
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -47,11 +58,11 @@ def _protocol_stream() -> TextIO:
     return stream
 
 
-def _load(weights: Path, reporter: Reporter):
+def _load(weights: Path, reporter: Reporter, name: str | None = None):
     """The YOLO model in `weights`, opened only through torch's restricted unpickler."""
     reporter.progress(5, "Checking what the weights file would run when loaded")
     checkpoint_loading_restrict()  # before Ultralytics is imported
-    weights_check(weights)  # names what a refused file needs
+    weights_check(weights, name=name)  # names what a refused file needs
     reporter.progress(15, "Loading the model")
     from ultralytics import YOLO
 
@@ -76,9 +87,49 @@ def _imgsz(model) -> int | None:
     return None
 
 
-def inspect(weights: Path, reporter: Reporter) -> dict:
-    model = _load(weights, reporter)
+def inspect(weights: Path, reporter: Reporter, name: str | None = None) -> dict:
+    model = _load(weights, reporter, name)
     return {"task": model.task, "class_names": _names(model), "imgsz": _imgsz(model)}
+
+
+def _failure(error: Exception, weights: Path | None = None, name: str | None = None) -> str:
+    """One readable line for a failure; the file's own path never in it (a loader's message
+    may quote it), only what the caller calls the file."""
+    if isinstance(error, UnsafeWeights):
+        text = f"{REFUSED_PREFIX}{error}."
+    else:
+        message = str(error).strip().splitlines()[0][:500] if str(error).strip() else ""
+        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    if weights is not None:
+        shown = name or "the weights file"
+        for form in {str(weights), str(weights.resolve()), weights.name}:
+            text = text.replace(form, shown)
+    return text
+
+
+class _Quiet(Reporter):
+    """`serve` answers once per file: no progress lines between them."""
+
+    def progress(self, percent: int, message: str) -> None:
+        pass
+
+
+def serve(reporter: Reporter, requests: TextIO) -> None:
+    """Inspect each checkpoint a line of `requests` names, answering each in turn."""
+    quiet = _Quiet(reporter.stream)
+    for line in requests:
+        try:
+            request = json.loads(line)
+            weights, name = Path(request["inspect"]), str(request.get("name") or "")
+        except (ValueError, KeyError, TypeError):
+            reporter.send(error='usage: one {"inspect": <path>, "name": <name>} per line')
+            continue
+        try:
+            result = inspect(weights, quiet, name or None)
+        except Exception as e:  # noqa: BLE001 - every failure becomes one readable answer
+            reporter.send(error=_failure(e, weights, name or None))
+        else:
+            reporter.send(result=result)
 
 
 def export(weights: Path, fmt: str, outdir: Path, imgsz: int, reporter: Reporter) -> dict:
@@ -105,23 +156,25 @@ def export(weights: Path, fmt: str, outdir: Path, imgsz: int, reporter: Reporter
 
 def main(argv: list[str]) -> int:
     reporter = Reporter(_protocol_stream())
+    weights = name = None
     try:
+        if argv == ["serve"]:
+            serve(reporter, sys.stdin)
+            return 0
         if len(argv) >= 2 and argv[0] == "inspect":
-            result = inspect(Path(argv[1]), reporter)
+            weights, name = Path(argv[1]), (argv[2] if len(argv) > 2 else None)
+            result = inspect(weights, reporter, name)
         elif len(argv) >= 4 and argv[0] == "export":
             imgsz = int(argv[4]) if len(argv) > 4 else 640
             result = export(Path(argv[1]), argv[2], Path(argv[3]), imgsz, reporter)
         else:
             reporter.send(
-                error="usage: export <weights> <format> <outdir> [imgsz] | inspect <weights>"
+                error="usage: export <weights> <format> <outdir> [imgsz] | inspect <weights> "
+                "[<name>] | serve"
             )
             return EXIT_USAGE
-    except UnsafeWeights as e:
-        reporter.send(error=f"The weights file was refused: {e}.")
-        return EXIT_FAILED
     except Exception as e:  # noqa: BLE001 - every failure becomes one readable answer
-        message = str(e).strip().splitlines()[0][:500] if str(e).strip() else ""
-        reporter.send(error=f"{type(e).__name__}: {message}" if message else type(e).__name__)
+        reporter.send(error=_failure(e, weights, name))
         return EXIT_FAILED
     reporter.send(result=result)
     return 0

@@ -129,6 +129,10 @@ class Invitation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The link's token is random and opaque (it names no id or address); only its sha256 is
+    # kept, so the link is known to the mail and the inviter's page once, and to nobody after.
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    token_issued_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkspaceOwnedQuerySet.as_manager()
 
@@ -140,6 +144,11 @@ class Invitation(models.Model):
                 Lower("email"),
                 condition=models.Q(accepted_at__isnull=True, revoked_at__isnull=True),
                 name="invitation_one_open_per_email",
+            ),
+            models.UniqueConstraint(
+                fields=["token_hash"],
+                condition=~models.Q(token_hash=""),
+                name="invitation_token_unique",
             ),
             models.CheckConstraint(
                 condition=models.Q(role__in=Role.values), name="invitation_role_valid"

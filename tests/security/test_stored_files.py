@@ -108,7 +108,9 @@ def stored(team, stranger) -> dict[str, Served]:
         "best.pt (training)": job.best_key,
         "results.csv": results_key,
     }
-    job.save(update_fields=["artifacts"])
+    # As the supervisor stores a checkpoint: once it passed inspection (issue 31).
+    job.inspected_weights = {**job.inspected_weights, "best.pt (training)": job.best_key}
+    job.save(update_fields=["artifacts", "inspected_weights"])
     trained = TrainedModel.objects.get(job=job)
 
     uploaded_bytes = _torch_like_zip(b"someone's own weights")
@@ -119,6 +121,8 @@ def stored(team, stranger) -> dict[str, Served]:
         task="detect",
         upload=SimpleUploadedFile("mine.pt", uploaded_bytes),
     )
+    # Served only once a worker inspected it (issue 31); its inspection is not what is tested.
+    TrainedModel.objects.filter(pk=uploaded.pk).update(inspect_state="ok")
     export = ModelExport.objects.create(
         workspace=team.workspace, model=trained, format="onnx", state=ExportState.SUCCEEDED
     )

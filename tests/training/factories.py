@@ -120,7 +120,8 @@ def finished_job(*, project, version, gpu, user=None, state=JobState.SUCCEEDED) 
     last = default_storage.save(f"training/jobs/{job.pk}/last.pt", ContentFile(WEIGHTS))
     plot = default_storage.save(f"training/jobs/{job.pk}/plots/results.png", ContentFile(PNG))
     job.artifacts = {"last.pt": last, "results.png": plot}
-    job.save(update_fields=["artifacts"])
+    job.inspected_weights = {"last.pt": last}  # as the supervisor stores a checkpoint that passed
+    job.save(update_fields=["artifacts", "inspected_weights"])
     weights = default_storage.save(f"models/{job.pk}/weights.pt", ContentFile(WEIGHTS))
     TrainedModel.objects.create(
         workspace=project.workspace,

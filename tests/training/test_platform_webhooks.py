@@ -236,11 +236,13 @@ def test_events_out_of_order_and_twice_are_kept_once(client, key, project):
     assert job.epochs_done == 3 and job.latest_metrics["metrics/mAP50(B)"] == pytest.approx(0.3)
     assert [c.text for c in LogChunk.objects.filter(job=job)] == ["a", "b", "c"]
     assert job.resent_events == 3  # epochs 2 and 0 again, chunk 3 again
-    # training_complete twice, then a late epoch_end: the run stays as it ended.
+    # training_complete twice, then a late epoch_end: the run stays as it ended, and says so
+    # (410: an ended run takes nothing more).
     assert complete(client, key, model_id, answer["runId"]).status_code == 200
-    assert complete(client, key, model_id, answer["runId"]).status_code == 200
+    again = complete(client, key, model_id, answer["runId"])
+    assert again.status_code == 410 and "has ended (succeeded)" in again.json()["error"]
     late = send(client, key, "epoch_end", epoch_data(1), modelId=model_id)
-    assert late.status_code == 200 and late.json()["cancelled"] is True
+    assert late.status_code == 410
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED and job.epochs_done == 3
     assert job.error.startswith("No weights reached Kestrel")

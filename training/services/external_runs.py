@@ -4,10 +4,12 @@ epochs, console, system samples, results and model, in the same rows the job pag
 
 The client sends its events from a thread pool, so they arrive out of order, some twice and
 some never: every write here is idempotent (an epoch once by its number, a console chunk once
-by its id), taken under the job's row lock, and nothing that comes after the run's end changes
-how it ended. Such a job is never metered (the machine is the user's) and never queued: the
-reaper of Kestrel's jobs does not know it (no heartbeat); a run whose client has gone silent
-for TRAINING_EXTERNAL_SILENT_SECONDS is marked lost here (`external_runs_reap`)."""
+by its id) and taken under the job's row lock. Once the run has ended nothing of it changes:
+every event for it is refused (RunEnded, 410), and so is every upload URL of an attempt that
+has ended (training.services.external_uploads). Such a job is never metered (the machine is
+the user's) and never queued: the reaper of Kestrel's jobs does not know it (no heartbeat); a
+run whose client has gone silent for TRAINING_EXTERNAL_SILENT_SECONDS is marked lost here
+(`external_runs_reap`)."""
 
 import json
 import logging
@@ -39,7 +41,14 @@ from training.models import (
     TrainingJob,
 )
 from training.services.arguments import architecture_family_size
-from training.services.external_uploads import RunNotFound, RunRefused, upload_model_make
+from training.services.external_uploads import (
+    RunEnded,
+    RunNotFound,
+    RunRefused,
+    external_uploads_discard,
+    run_ended_message,
+    upload_model_make,
+)
 from training.services.jobs import _concurrency_check, job_locked, job_state_bump, job_transition
 from training.streams import PROGRESS_TTL, progress_key, stream_key, training_redis
 from workspaces.models import Project
@@ -222,6 +231,7 @@ def external_run_resume(*, job: TrainingJob, data: dict) -> tuple[TrainingJob, T
     TrainingAttempt.objects.filter(job=job, ended_at__isnull=True).update(
         ended_at=now, end_reason=AttemptEnd.LOST, message="Its client started the run again."
     )
+    external_uploads_discard(job)  # the earlier attempts' URLs died with them
     info = _client_info(data)
     job.attempts += 1
     attempt = TrainingAttempt.objects.create(
@@ -251,6 +261,12 @@ def external_run_resume(*, job: TrainingJob, data: dict) -> tuple[TrainingJob, T
     _system_keep(job, attempt.number, data.get("system"), seq=1)
     job_state_bump(job.pk)
     return job, attempt
+
+
+def run_live_check(job: TrainingJob) -> None:
+    """RunEnded once the job has ended: an ended run takes no more events."""
+    if job.is_final:
+        raise RunEnded(run_ended_message(job))
 
 
 def run_cancelled(job: TrainingJob) -> bool:
@@ -377,8 +393,9 @@ def _is_final_validation(job: TrainingJob, epoch: int, metrics: dict) -> bool:
 @transaction.atomic
 def external_epoch(*, job: TrainingJob, data: dict) -> TrainingJob:
     """One epoch's metrics (0-based from the client, 1-based here), once per epoch; the final
-    validation becomes the job's final metrics. Never changes how an ended run ended."""
+    validation becomes the job's final metrics. Refused once the run has ended."""
     job = job_locked(job.pk)
+    run_live_check(job)
     epoch = _int(data.get("epoch"), None, low=0, high=100_000)
     metrics_in = data.get("metrics")
     if epoch is None or not isinstance(metrics_in, dict):
@@ -390,9 +407,8 @@ def external_epoch(*, job: TrainingJob, data: dict) -> TrainingJob:
         job.client_info = {**job.client_info, "model_info": kept}
         TrainingJob.objects.filter(pk=job.pk).update(client_info=job.client_info)
     if _is_final_validation(job, epoch, metrics):
-        if job.state in ACTIVE_STATES or not job.final_metrics:
-            _seen(job, final_metrics=metrics)
-            job.final_metrics = metrics
+        _seen(job, final_metrics=metrics)
+        job.final_metrics = metrics
         return job
     _, created = EpochMetric.objects.update_or_create(
         job=job, epoch=epoch + 1, defaults={"attempt": job.attempts, "values": metrics}
@@ -455,8 +471,8 @@ def _progress_keep(job: TrainingJob, frames: dict) -> None:
 
 @transaction.atomic
 def external_console(*, job: TrainingJob, data: dict) -> TrainingJob:
-    """A chunk of console lines, kept once by the client's chunk id (a chunk sent twice, or
-    after the run ended, changes nothing else)."""
+    """A chunk of console lines, kept once by the client's chunk id (a chunk sent twice
+    changes nothing else); refused once the run has ended."""
     chunk = _int(data.get("chunkId"), None, low=0, high=2**62)
     content = data.get("content")
     if chunk is None or not isinstance(content, str):
@@ -464,6 +480,7 @@ def external_console(*, job: TrainingJob, data: dict) -> TrainingJob:
     if len(content) > MAX_CONSOLE_CHARS:
         raise ServiceError(f"A console chunk is at most {MAX_CONSOLE_CHARS} characters.")
     job = TrainingJob.objects.get(pk=job.pk)
+    run_live_check(job)
     _seen(job)
     if isinstance(data.get("progress"), dict):
         _progress_keep(job, data["progress"])
@@ -510,14 +527,13 @@ def _curves(plots) -> list[dict]:
 
 
 @transaction.atomic
-def external_complete(*, job: TrainingJob, data: dict) -> tuple[TrainingJob, bool]:
+def external_complete(*, job: TrainingJob, data: dict) -> TrainingJob:
     """training_complete: the results, the model from the uploaded best.pt (inspected before it
     is used), and the end: stopped if Stop was pressed, cancelled if Cancel was, else succeeded.
-    Sent again (the answer was lost): the second changes nothing. (job, whether it was new)."""
+    Sent again (the answer was lost), or after the run was marked lost: RunEnded, and nothing
+    of the ended run changes."""
     job = job_locked(job.pk)
-    if job.state in (JobState.SUCCEEDED, JobState.STOPPED, JobState.CANCELED):
-        TrainingJob.objects.filter(pk=job.pk).update(resent_events=F("resent_events") + 1)
-        return job, False
+    run_live_check(job)
     results = data.get("results") if isinstance(data.get("results"), dict) else {}
     raw_names = data.get("classNames") if isinstance(data.get("classNames"), list) else []
     names = [str(n)[:100] for n in raw_names[:5000]]
@@ -549,7 +565,7 @@ def external_complete(*, job: TrainingJob, data: dict) -> tuple[TrainingJob, boo
     TrainingAttempt.objects.filter(job=job, number=job.attempts, ended_at__isnull=True).update(
         ended_at=timezone.now(), end_reason=end
     )
-    return job, True
+    return job
 
 
 # --- lost runs ----------------------------------------------------------------------------------
@@ -580,6 +596,7 @@ def external_runs_reap() -> int:
                 ended_at=job.client_seen_at, end_reason=AttemptEnd.LOST, message=message
             )
             job_transition(job, JobState.FAILED, error=message, failure_kind=FailureKind.LOST)
+            external_uploads_discard(job)  # their URLs died with the attempt
             touched += 1
     return touched
 

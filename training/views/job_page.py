@@ -99,7 +99,7 @@ def _column_rank(key: str) -> tuple[int, str]:
 
 def _artifacts(job: TrainingJob) -> list[dict]:
     rows = []
-    for name in sorted(job.artifacts):
+    for name in sorted(job.artifacts_served):  # no link to a checkpoint not inspected
         content_type = mimetypes.guess_type(name)[0]
         rows.append({"name": name, "is_image": content_type in INLINE_TYPES})
     return rows

@@ -96,15 +96,18 @@ def job_resume_view(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
 @workspace_view(Perm.READ)
 @require_GET
 def job_artifact(request, access: WorkspaceAccess, pk: int, name: str) -> HttpResponse:
-    """One of the job's stored files, by its name in job.artifacts; nothing else is reachable."""
+    """One of the job's stored files, by its name in job.artifacts; nothing else is reachable,
+    and a checkpoint only once it passed inspection (TrainingJob.artifacts_served)."""
     job = selectors.job_get(workspace=access.workspace, pk=pk)
-    key = job.artifacts.get(name)
-    if not isinstance(key, str) or not key:
+    key = job.artifacts_served.get(name)
+    if key is None:
         raise Http404("No such file for this job.")
     content_type = mimetypes.guess_type(name)[0]
+    # A checkpoint by the name the page shows (an external job's is stored by its digest).
+    stored_name = name.split()[0] if key.endswith(".pt") else PurePosixPath(key).name
     return stored_file_response(
         key=key,
-        filename=f"job-{job.pk}-{PurePosixPath(key).name}",
+        filename=f"job-{job.pk}-{stored_name}",
         inline_type=content_type if content_type in INLINE_TYPES else None,
     )
 

@@ -1,7 +1,7 @@
 """The model page, promoting a model, and its weights download."""
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -10,6 +10,7 @@ from core.errors import ServiceError
 from core.files import stored_file_response
 from core.pages import page_parts
 from training import selectors
+from training.models import InspectState
 from training.services.models import model_promote, model_upload
 from training.views.job_page import metric_groups
 from workspaces import selectors as workspace_selectors
@@ -56,7 +57,10 @@ def model_promote_view(request, access: WorkspaceAccess, pk: int) -> HttpRespons
 @workspace_view(Perm.READ)
 @require_GET
 def model_weights(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    """The weights, once they passed inspection: pending or refused ones are never served."""
     model = selectors.model_get(workspace=access.workspace, pk=pk)
+    if model.inspect_state != InspectState.OK:
+        raise Http404("These weights have not passed inspection; they are not served.")
     return stored_file_response(
         key=model.weights_key,
         filename=f"kestrel-model-{model.pk}-{model.architecture or 'yolo'}.pt",

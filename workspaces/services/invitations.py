@@ -1,12 +1,13 @@
-"""Invitations: the signed token, create and send, accept, revoke, purge; and what the signed-in
-account holds of the invited address."""
+"""Invitations: the link's token, create and send, accept, revoke, purge; and what the
+signed-in account holds of the invited address."""
 
+import hashlib
+import secrets
 from datetime import datetime
 from enum import StrEnum
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
-from django.core import signing
 from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
@@ -26,56 +27,62 @@ from workspaces.selectors import (
     workspace_seats_used,
 )
 
-_INVITE_SALT = "kestrel.invitation"
+NOT_VALID = "This invitation link is not valid."
+EXPIRED = "This invitation has expired. Ask for a new one."
 
 
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@transaction.atomic
 def invitation_token(invitation: Invitation) -> str:
-    """The link's token: names the one invitation and the address it was sent to, signed with
-    the install's secret, and expires with the invitation."""
-    return signing.dumps(
-        {"i": invitation.pk, "e": invitation.email.lower()}, salt=_INVITE_SALT, compress=True
+    """A new link token for the invitation: random and opaque (no id, no address, nothing to
+    decode), kept only as its hash. An earlier link of the invitation stops working."""
+    token = secrets.token_urlsafe(32)
+    invitation.token_hash = _token_hash(token)
+    invitation.token_issued_at = timezone.now()
+    invitation.save(update_fields=["token_hash", "token_issued_at"])
+    return token
+
+
+def _invitation_for_token(token: str) -> Invitation:
+    """The invitation whose link this is, its link not older than INVITATION_MAX_AGE; or
+    ServiceError. A link made before links were opaque (a signed id and address) names none."""
+    if not isinstance(token, str) or not 20 <= len(token) <= 100:
+        raise ServiceError(NOT_VALID)
+    invitation = (
+        Invitation.objects.select_related("workspace", "invited_by")
+        .filter(token_hash=_token_hash(token))
+        .first()
     )
-
-
-def _invitation_token_claims(token: str) -> dict:
-    try:
-        data = signing.loads(
-            token, salt=_INVITE_SALT, max_age=settings.INVITATION_MAX_AGE.total_seconds()
-        )
-    except signing.SignatureExpired:
-        raise ServiceError("This invitation has expired. Ask for a new one.") from None
-    except signing.BadSignature:
-        raise ServiceError("This invitation link is not valid.") from None
-    if not isinstance(data, dict) or not isinstance(data.get("i"), int):
-        raise ServiceError("This invitation link is not valid.")
-    return data
+    if invitation is None or invitation.token_issued_at is None:
+        raise ServiceError(NOT_VALID)
+    if invitation.token_issued_at + settings.INVITATION_MAX_AGE <= timezone.now():
+        raise ServiceError(EXPIRED)
+    return invitation
 
 
 def invitation_token_check(token: str) -> None:
-    """ServiceError unless the link is one this server signed and it has not expired. Reads
-    nothing, so it says nothing about the invitation itself (for anonymous visitors)."""
-    _invitation_token_claims(token)
+    """ServiceError unless the link is a live one. Says nothing about the invitation itself
+    (for anonymous visitors): whether it was used, withdrawn or whom it is for."""
+    _invitation_for_token(token)
 
 
 def invitation_from_token(token: str) -> Invitation:
     """The invitation a link names, or ServiceError saying why the link cannot be used."""
-    data = _invitation_token_claims(token)
-    invitation = (
-        Invitation.objects.select_related("workspace", "invited_by").filter(pk=data["i"]).first()
-    )
-    if invitation is not None and invitation.email.lower() != data.get("e"):
-        invitation = None  # minted for another address: not this invitation's link
-    if invitation is None or invitation.revoked_at is not None:
+    invitation = _invitation_for_token(token)
+    if invitation.revoked_at is not None:
         raise ServiceError("This invitation was withdrawn.")
     if invitation.accepted_at is not None:
         raise ServiceError("This invitation has already been used.")
     if invitation.expires_at <= timezone.now():
-        raise ServiceError("This invitation has expired. Ask for a new one.")
+        raise ServiceError(EXPIRED)
     return invitation
 
 
-def invitation_accept_url(invitation: Invitation, *, base_url: str) -> str:
-    path = reverse("invitation_accept", kwargs={"token": invitation_token(invitation)})
+def invitation_accept_url(token: str, *, base_url: str) -> str:
+    path = reverse("invitation_accept", kwargs={"token": token})
     return base_url.rstrip("/") + path
 
 
@@ -83,7 +90,9 @@ def invitation_accept_url(invitation: Invitation, *, base_url: str) -> str:
 def invitation_create(
     *, access: WorkspaceAccess, email: str, role: str, base_url: str
 ) -> Invitation:
-    """Invite someone by email; inviting the same address again renews the open invitation."""
+    """Invite someone by email; inviting the same address again renews the open invitation
+    (with a new link: the earlier one stops working). The invitation returned carries the link
+    as `accept_url`, which is not stored."""
     access.require(Perm.MANAGE_MEMBERS)
     workspace = Workspace.objects.select_for_update().get(pk=access.workspace.pk)
     email = User.objects.normalize_email(email.strip())
@@ -110,7 +119,9 @@ def invitation_create(
     invitation.invited_by = access.user
     invitation.expires_at = now + settings.INVITATION_MAX_AGE
     invitation.save()
-    url = invitation_accept_url(invitation, base_url=base_url)
+    # Known only now: the inviter's page shows it once (`accept_url`), the mail carries it.
+    url = invitation_accept_url(invitation_token(invitation), base_url=base_url)
+    invitation.accept_url = url
     inviter = access.user.display_name
     transaction.on_commit(
         lambda: send_mail(

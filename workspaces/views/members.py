@@ -62,12 +62,10 @@ def member_invite(request, access: WorkspaceAccess) -> HttpResponse:
         except ServiceError as e:
             form.add_error(None, str(e))
         else:
-            url = invitations.invitation_accept_url(
-                invitation, base_url=request.build_absolute_uri("/")
-            )
             messages.success(
                 request,
-                f"Invitation sent to {invitation.email}. You can also share this link: {url}",
+                f"Invitation sent to {invitation.email}. You can also share this link: "
+                f"{invitation.accept_url}",
             )
             return redirect("member_list", ws_slug=access.workspace.slug)
     return render(
