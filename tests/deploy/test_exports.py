@@ -233,7 +233,7 @@ def test_uploads_are_inspected_in_the_worker_and_hostile_ones_never_loaded(
     # Pending until the worker has loaded it (it takes seconds to import torch alone).
     assert model.inspect_state == "pending"
     page = editor.get(f"/w/acme/models/{model.pk}/").content.decode()
-    assert "checking the uploaded weights" in page and 'data-testid="export-onnx"' not in page
+    assert "a worker is checking the weights" in page and 'data-testid="export-onnx"' not in page
     with pytest.raises(ServiceError, match="still being inspected"):
         export_start(access=team.access("editor"), model=model, fmt="onnx")
     model = _wait(model, ("ok", "failed"), timeout=120, field="inspect_state")
