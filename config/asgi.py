@@ -30,4 +30,9 @@ class OneHopASGIHandler(ASGIHandler):
 
 
 django.setup(set_prefix=False)
-application = OneHopASGIHandler()
+# Imported once Django is set up: the route table reads the apps' own limits.
+from config.body_limits import BodyLimits  # noqa: E402
+from core.request_guard import RequestGuard  # noqa: E402
+
+# Every request's body is bounded before Django reads any of it (core/request_guard.py).
+application = RequestGuard(OneHopASGIHandler(), BodyLimits())

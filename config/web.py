@@ -4,6 +4,9 @@ uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise, so any cl
 same machine (or behind an open local proxy) could pick the address that allauth's login and
 signup limits count, and change it on every try. Here the forwarded address is believed only
 from the front servers named in TRUSTED_PROXIES (settings), and from nobody when it is empty.
+
+Its HTTP protocol is uvicorn's own with a deadline and a size cap on each request's headers
+(core.request_guard.HeaderGuardProtocol): uvicorn has neither.
 """
 
 import os
@@ -23,7 +26,10 @@ def main(argv: list[str] | None = None) -> None:
 
     args = list(sys.argv[1:] if argv is None else argv)
     # Last on the line, so they win over anything passed before them.
-    uvicorn_main(["config.asgi:application", *args, *proxy_arguments(settings.TRUSTED_PROXIES)])
+    guard = ["--http", "core.request_guard:HeaderGuardProtocol"]
+    uvicorn_main(
+        ["config.asgi:application", *args, *guard, *proxy_arguments(settings.TRUSTED_PROXIES)]
+    )
 
 
 if __name__ == "__main__":
