@@ -441,9 +441,12 @@ class Supervisor:
             floor=settings.TRAINING_STALL_FLOOR_SECONDS,
             ceiling=settings.TRAINING_STALL_CEILING_SECONDS,
             factor=settings.TRAINING_STALL_FACTOR,
-            now=time.monotonic(),
+            now=time.time(),
         )
         self.progress_at = timezone.now()
+        # Its checkpoints' inspector imports torch while the trainer starts, not at the first
+        # checkpoint: the supervisor's loop is never held up seconds by it mid-run.
+        self.inspector.start()
         self._transition(JobState.RUNNING)
 
     def _stream_fresh(self) -> None:
@@ -489,7 +492,9 @@ class Supervisor:
 
     def _billed_until(self, now):
         """Machine time is billed while the trainer makes progress: up to its last progress
-        and one heartbeat (caught up as soon as it goes on; kept back if it hung)."""
+        and one heartbeat (caught up as soon as it goes on; kept back if it hung). An attempt
+        ends there too: a supervisor still storing what its trainer sent before exiting (each
+        checkpoint inspected) charges nothing for its own lag."""
         if self.progress_at is None:
             return now
         return min(now, self.progress_at + timedelta(seconds=settings.TRAINING_HEARTBEAT_SECONDS))
@@ -587,7 +592,7 @@ class Supervisor:
                     self.provider.terminate(self.handle, force=True)
                     return
                 if fault.redis_since is not None or fault.database_since is not None:
-                    self.watchdog.fault_cleared(time.monotonic())  # its events were held up
+                    self.watchdog.fault_cleared(time.time())  # its events were held up
                 fault.clear(self.job.pk)
                 if self._hung():
                     return
@@ -611,7 +616,7 @@ class Supervisor:
         resumes from its last stored checkpoint."""
         if self.canceling or not self.caught_up:  # events still waiting are progress unread
             return False
-        stall = self.watchdog.stalled(time.monotonic())
+        stall = self.watchdog.stalled(time.time())
         if stall is None:
             return False
         w = self.watchdog
@@ -707,8 +712,11 @@ class Supervisor:
         if seq <= self.last_seq:
             self._drop()
             return
-        if self.watchdog is not None and self.watchdog.event(kind, event, time.monotonic()):
-            self.progress_at = _sent_at(entry_id)
+        # Timed when the event entered the stream: the trainer's pace, not this loop's (which
+        # an inspection or a busy machine holds up).
+        sent = _sent_at(entry_id)
+        if self.watchdog is not None and self.watchdog.event(kind, event, sent.timestamp()):
+            self.progress_at = sent
         try:
             if self.machine is not None and self.machine.details.get("remote"):
                 self._remote_files_take(kind, event)
@@ -1003,7 +1011,7 @@ class Supervisor:
         the job spent. `drop_checkpoints`: the job's stored checkpoints go too (its weights
         were refused)."""
         kind = FailureKind.PLATFORM if platform else kind
-        now = timezone.now()
+        now = self._billed_until(timezone.now())  # its trainer's last work
         try:
             with self._fenced():
                 self._meter_end(now)
@@ -1038,7 +1046,7 @@ class Supervisor:
             self._fail(self.provider_failure, platform=True)
             return
         if self.canceling:
-            now = timezone.now()
+            now = self._billed_until(timezone.now())  # its trainer's last work
             try:
                 with self._fenced():
                     self._meter_end(now)
@@ -1072,7 +1080,7 @@ class Supervisor:
         """The attempt is lost (its trainer died, hung, or Redis was gone too long): end it at
         `until` (its last sign of work) and resume the job, or fail it after too many. The
         attempt says where the run goes on from, when it does."""
-        until = until or timezone.now()
+        until = until or self._billed_until(timezone.now())
         try:
             with self._fenced():
                 self._meter_end(until)
@@ -1106,7 +1114,7 @@ class Supervisor:
             if self.refused:
                 self._fail(self.refused, kind=FailureKind.WEIGHTS, drop_checkpoints=True)
                 return
-            now = timezone.now()
+            now = self._billed_until(timezone.now())  # its trainer's last work
             try:
                 with self._fenced():
                     self._meter_end(now)

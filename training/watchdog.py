@@ -11,7 +11,8 @@ validation) gets the ceiling. Time spent waiting out a fault of Redis or the dat
 trainer's silence: the watch starts again when the fault clears, and the gap across it teaches
 nothing.
 
-Plain Python on a monotonic clock (times are passed in), so its rule is tested without a run.
+Plain Python on a clock passed in (the supervisor's: when each event entered the Redis stream,
+so the trainer's own pace, however late the supervisor reads it), tested without a run.
 """
 
 from dataclasses import dataclass
@@ -66,12 +67,12 @@ class Watchdog:
         """Record an event of the trainer; True if it was progress."""
         if kind not in PROGRESS:
             if self.phase == STARTING and kind == "log":
-                self.last = now  # starting up says what it does, and nothing else does
+                self.last = max(self.last, now)  # starting up says what it does, nothing else
                 return True
             return False
         if self.measured:
             self.longest = max(self.longest, now - self.last)
-        self.last = now
+        self.last = max(self.last, now)  # an event sent before a fault cleared starts nothing
         if kind == "batch":
             last_batch = data.batches and data.batch >= data.batches
             self.phase = VALIDATING if last_batch else TRAINING  # validation follows the last

@@ -163,6 +163,13 @@ class CheckpointInspector:
 
         threading.Thread(target=read, name="checkpoint-inspector", daemon=True).start()
 
+    def start(self) -> None:
+        """Start the worker now (it imports torch, seconds), so that the first checkpoint
+        does not wait for it: the supervisor calls this as its trainer starts."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self._start()
+
     def inspect(
         self,
         path: Path,
@@ -174,9 +181,7 @@ class CheckpointInspector:
         """The worker's answer for the checkpoint at `path` (`name` is what an answer calls
         it). `keep_alive` is called every `every` seconds while it waits (the supervisor's lease
         must outlast an inspection); past the time limit the process is killed."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.close()
-            self._start()
+        self.start()
         try:
             self.proc.stdin.write(json.dumps({"inspect": str(path), "name": name}) + "\n")
             self.proc.stdin.flush()

@@ -149,11 +149,18 @@ def test_redis_away_longer_than_the_lease_ends_the_attempt_and_resumes_it(
     """Fault: Redis away for longer than the lease (1 s heartbeats: 3 s). The attempt ends as
     lost, with the reason, and the job is resumed from its last stored checkpoint as soon as
     Redis is back, by the same worker (its broker message could not be sent meanwhile)."""
-    epochs = 14
+    epochs = 30
     job = submit(team, project, detect_version, priced, epochs=epochs)
     faulty.start()
-    mid_run(job)
-    own_redis.outage(6.0)
+    # Past the first stored checkpoint, and long: the supervisor inspects each checkpoint
+    # before storing it (a second or so each, Redis untouched), so on a fast run it may be a
+    # few checkpoints behind the trainer and see only the end of an outage.
+    wait_for(
+        lambda: (j := job_reload(job)).state == JobState.RUNNING and (j.checkpoint_epoch or 0) >= 2,
+        timeout=240,
+        what="the epoch 2 checkpoint",
+    )
+    own_redis.outage(20.0)
     job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=400)
     assert job.state == JobState.SUCCEEDED, job.error
     rows = list(job.attempt_rows.order_by("number"))
