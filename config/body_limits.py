@@ -13,7 +13,6 @@ A new route that takes more than a form adds its line to ROUTES; the README's "R
 table lists them.
 """
 
-import hmac
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,12 +34,10 @@ from training import platform_webhooks
 from training.event_schema import MAX_BODY_BYTES as TRAINER_EVENTS_BYTES
 from training.models import ExternalUpload
 
-# The views' own checks (_attempt_live, _upload_signature and _attempt_ended are private to
-# their modules): the body limit is no second copy of the rule of which upload URL is good.
-from training.remote import _attempt_live as trainer_attempt_live
-from training.remote import _upload_signature as trainer_upload_signature
+# The views' own checks: the body limit is no second copy of the rule of which upload URL is good.
+from training.remote import trainer_upload_refusal
 from training.run_files import MAX_WEIGHTS_BYTES
-from training.services.external_uploads import _attempt_ended as upload_attempt_ended
+from training.services.external_uploads import upload_attempt_ended
 from training.trainer_events import attempt_authorised
 from workspaces.models import ApiKey, User
 from workspaces.permissions import Perm
@@ -189,14 +186,14 @@ def _trainer_events(credentials: _Credentials, path: dict) -> Grant | None:
 def _trainer_upload(credentials: _Credentials, path: dict) -> Grant | None:
     """A remote trainer's signed upload URL, while its attempt is the job's live one."""
     job_id, attempt = int(path["job"]), int(path["attempt"])
-    expires, signature = credentials.query.get("exp", ""), credentials.query.get("sig", "")
-    if not (expires.isdigit() and len(expires) <= 12):
+    query = credentials.query
+    refused = trainer_upload_refusal(
+        job_id, attempt, path["name"], query.get("exp", ""), query.get("sig", "")
+    )
+    if refused and refused[0] == 410:
+        raise Refused(*refused)  # as the view answers
+    if refused:
         return None
-    good = trainer_upload_signature(job_id, attempt, path["name"], int(expires))
-    if not hmac.compare_digest(signature, good) or int(expires) < timezone.now().timestamp():
-        return None
-    if not trainer_attempt_live(job_id, attempt):
-        raise Refused(410, "This attempt has ended.")  # as the view answers
     return Grant(MAX_WEIGHTS_BYTES, "A file of a training run", f"job:{job_id}")
 
 

@@ -209,15 +209,11 @@ def trainer_upload_url(request: HttpRequest, job_id: int) -> JsonResponse:
 def trainer_upload(request: HttpRequest, job_id: int, attempt: int, name: str) -> JsonResponse:
     """The signed URL is the only key (like a presigned S3 URL): one job, attempt and file
     name, until it expires, and only while that attempt is live."""
-    expires = request.GET.get("exp", "")
-    signature = request.GET.get("sig", "")
-    if not (expires.isdigit() and _upload_name_ok(name)):
-        return refuse(403, "This upload URL is not valid.")
-    good = _upload_signature(job_id, attempt, name, int(expires))
-    if not hmac.compare_digest(signature, good) or int(expires) < time.time():
-        return refuse(403, "This upload URL is not valid or has expired.")
-    if not _attempt_live(job_id, attempt):
-        return refuse(410, "This attempt has ended.")
+    refused = trainer_upload_refusal(
+        job_id, attempt, name, request.GET.get("exp", ""), request.GET.get("sig", "")
+    )
+    if refused:
+        return refuse(*refused)
     declared = request.META.get("CONTENT_LENGTH") or ""
     if not declared.isdigit():
         return refuse(411, "Send the file with its Content-Length.")
@@ -229,6 +225,22 @@ def trainer_upload(request: HttpRequest, job_id: int, attempt: int, name: str) -
         storage_delete(key)
         return refuse(410, "This attempt has ended.")
     return JsonResponse({"stored": name})
+
+
+def trainer_upload_refusal(
+    job_id: int, attempt: int, name: str, expires: str, signature: str
+) -> tuple[int, str] | None:
+    """Why a remote trainer's upload URL is refused, as (status, reason), or None while it is
+    good: signed for this job, attempt and file, not expired, its attempt the live one. The
+    view and the request guard (config.body_limits, before the body is read) both ask here."""
+    if not (expires.isdigit() and len(expires) <= 12 and _upload_name_ok(name)):
+        return 403, "This upload URL is not valid."
+    good = _upload_signature(job_id, attempt, name, int(expires))
+    if not hmac.compare_digest(signature, good) or int(expires) < time.time():
+        return 403, "This upload URL is not valid or has expired."
+    if not _attempt_live(job_id, attempt):
+        return 410, "This attempt has ended."
+    return None
 
 
 def _attempt_live(job_id: int, attempt: int) -> bool:

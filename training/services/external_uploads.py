@@ -75,7 +75,7 @@ def run_ended_message(job: TrainingJob) -> str:
     )
 
 
-def _attempt_ended(job: TrainingJob, attempt: int) -> str:
+def upload_attempt_ended(job: TrainingJob, attempt: int) -> str:
     """Why the job's attempt `attempt` takes nothing more, or "" while it is the live one."""
     if job.is_final:
         return run_ended_message(job)
@@ -140,7 +140,7 @@ def external_upload_store(
     good = _signature(upload.job_id, upload.attempt, token, int(expires))
     if not hmac.compare_digest(signature, good) or int(expires) < time.time():
         raise UploadForbidden("This upload URL is not valid or has expired.")
-    if ended := _attempt_ended(upload.job, upload.attempt):
+    if ended := upload_attempt_ended(upload.job, upload.attempt):
         raise RunEnded(ended)  # before a byte is read
     # Claimed first: a second PUT of the same URL, even at the same moment, is refused.
     claimed = ExternalUpload.objects.filter(pk=upload.pk, stored_at__isnull=True).update(
@@ -189,7 +189,7 @@ def _upload_record(upload: ExternalUpload, *, size: int, sha256: str) -> str:
     (the job's row locked, as training_complete locks it); else why not, and nothing is
     recorded (training_complete never takes an upload of no size)."""
     job = job_locked(upload.job_id)
-    if ended := _attempt_ended(job, upload.attempt):
+    if ended := upload_attempt_ended(job, upload.attempt):
         return ended
     upload.size, upload.sha256 = size, sha256
     upload.save(update_fields=["size", "sha256"])
@@ -218,7 +218,7 @@ def external_checkpoint_saved(*, job: TrainingJob, token) -> ExternalUpload:
     if job.is_final:
         raise RunEnded(run_ended_message(job))
     upload = _stored(job, token)
-    if ended := _attempt_ended(job, upload.attempt):
+    if ended := upload_attempt_ended(job, upload.attempt):
         raise RunEnded(ended)
     if upload.promoted_at is None:
         upload.promoted_at = timezone.now()
