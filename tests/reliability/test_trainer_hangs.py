@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 STALL_ENV = {
     "TRAINING_STALL_FLOOR_SECONDS": "20",
     "TRAINING_STALL_FACTOR": "10",
-    "TRAINING_STALL_CEILING_SECONDS": "120",
+    "TRAINING_STALL_CEILING_SECONDS": "60",  # how long a loaded machine waits, at most
 }
 
 
