@@ -12,6 +12,14 @@ class Task(models.TextChoices):
     POSE = "pose", "Pose"
     OBB = "obb", "Oriented boxes"
     CLASSIFY = "classify", "Classify"
+    SEMANTIC = "semantic", "Semantic segmentation"
+    DEPTH = "depth", "Depth"
+
+
+# Tasks labelled per pixel: one PixelMap per image (a PNG blob), not Label rows.
+PIXEL_TASKS = (Task.SEMANTIC, Task.DEPTH)
+# A semantic mask's value for pixels no class covers (Ultralytics' ignore label).
+IGNORE_INDEX = 255
 
 
 class Split(models.TextChoices):
@@ -67,6 +75,11 @@ class Dataset(models.Model):
     task = models.CharField(max_length=10, choices=Task.choices, default=Task.DETECT)
     keypoint_shape = models.JSONField(
         null=True, blank=True, help_text="[points, dims] for pose datasets, e.g. [17, 3]."
+    )
+    depth_scale = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Depth datasets: the 16-bit PNG value of one metre (1000: millimetres).",
     )
     is_public = models.BooleanField(default=False)
     cloned_from = models.ForeignKey(
@@ -202,6 +215,22 @@ class Label(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.dataset_class_id} on {self.image_id}"
+
+
+class PixelMap(models.Model):
+    """The per-pixel label of one image, stored as a lossless PNG blob (content-addressed like
+    the images): for semantic datasets an 8-bit mask of class indexes (IGNORE_INDEX where no
+    class is), for depth datasets a 16-bit depth map (the dataset's depth_scale per metre, 0 =
+    no reading). Same size as its image."""
+
+    image = models.OneToOneField(Image, on_delete=models.CASCADE, related_name="pixel_map")
+    blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="pixel_maps")
+    # Semantic: {class index: pixels}; depth: {"min": m, "median": m, "max": m, "valid": pixels}.
+    stats = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"pixel map of {self.image_id}"
 
 
 class ImportStatus(models.TextChoices):

@@ -19,7 +19,7 @@ import yaml
 from django.core.files.storage import default_storage
 
 from core.errors import ServiceError
-from datasets.models import Blob, Dataset, DatasetVersion, LabelKind, Split, Task
+from datasets.models import PIXEL_TASKS, Blob, Dataset, DatasetVersion, LabelKind, Split, Task
 from datasets.services.versions import manifest_build, version_manifest_load
 
 FORMATS = ("yolo", "coco", "ndjson", "cvat", "label-studio")
@@ -161,6 +161,13 @@ def _data_yaml(manifest: dict, splits: list[str]) -> str:
     if "val" not in doc and "train" in doc:
         doc["val"] = "images/train"  # Ultralytics needs a val set; train stands in for it
     doc["names"] = dict(enumerate(manifest["classes"]))
+    if manifest["task"] == Task.SEMANTIC:
+        # PNG masks of class indexes (255 = ignore) under masks/, mirroring images/.
+        doc["masks_dir"] = "masks"
+    elif manifest["task"] == Task.DEPTH:
+        # 16-bit PNGs under depth/, mirroring images/; this value is one metre.
+        doc["names"] = {0: "depth"}
+        doc["depth_scale"] = manifest.get("depth_scale") or 1000
     if manifest["task"] == Task.POSE and manifest.get("keypoint_shape"):
         doc["kpt_shape"] = list(manifest["keypoint_shape"])
     header = f"# {manifest['dataset']}: {manifest['task']} dataset exported by Kestrel\n"
@@ -200,6 +207,17 @@ def yolo_layout_write(sink, manifest: dict) -> None:
             sink.blob(arc, img["sha256"])
         return
     sink.text("data.yaml", _data_yaml(manifest, splits))
+    if task in PIXEL_TASKS:
+        # Ultralytics pairs images/<split>/x.jpg with masks/<split>/x.png (semantic) or
+        # depth/<split>/x.png (depth). An image without its map has nothing to learn from.
+        folder = "masks" if task == Task.SEMANTIC else "depth"
+        for img, name in zip(images, names, strict=True):
+            if "mask" not in img:
+                continue
+            stem = name.rsplit(".", 1)[0]
+            sink.blob(f"images/{img['split']}/{name}", img["sha256"])
+            sink.blob(f"{folder}/{img['split']}/{stem}.png", img["mask"])
+        return
     for img, name in zip(images, names, strict=True):
         stem = name.rsplit(".", 1)[0]
         sink.blob(f"images/{img['split']}/{name}", img["sha256"])

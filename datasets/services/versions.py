@@ -19,7 +19,15 @@ from django.db.models import Q
 
 from core.errors import ServiceError
 from core.storage import storage_put
-from datasets.models import Dataset, DatasetClass, DatasetVersion, Image, Label
+from datasets.models import (
+    Dataset,
+    DatasetClass,
+    DatasetVersion,
+    Image,
+    Label,
+    PixelMap,
+    Task,
+)
 from workspaces.models import User
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -43,6 +51,9 @@ class ManifestHead:
     task: str
     classes: list[str]
     keypoint_shape: list | None
+    # Depth datasets only: the PNG value of one metre (absent from other manifests, so their
+    # hashes are what they were).
+    depth_scale: float | None = None
 
 
 @dataclass
@@ -51,6 +62,7 @@ class _Summary:
     labels_per_class: Counter = field(default_factory=Counter)
     images: int = 0
     labels: int = 0
+    masks: int = 0
 
     def add(self, image: dict, classes: list[str]) -> None:
         self.images += 1
@@ -58,12 +70,16 @@ class _Summary:
         for label in image["labels"]:
             self.labels += 1
             self.labels_per_class[classes[label["class"]]] += 1
+        if "mask" in image:  # a semantic mask or depth map: the image's one label
+            self.labels += 1
+            self.masks += 1
 
     def as_dict(self, classes: list[str]) -> dict:
         return {
             "images": self.images,
             "labels": self.labels,
             "classes": len(classes),
+            **({"masks": self.masks} if self.masks else {}),
             "splits": dict(sorted(self.splits.items())),
             "labels_per_class": {name: self.labels_per_class.get(name, 0) for name in classes},
         }
@@ -79,6 +95,7 @@ def manifest_head(*, dataset: Dataset) -> tuple[ManifestHead, dict[int, int]]:
         task=dataset.task,
         classes=[name for _, name in rows],
         keypoint_shape=dataset.keypoint_shape,
+        depth_scale=(dataset.depth_scale or 1000.0) if dataset.task == Task.DEPTH else None,
     )
     # Class indexes may have gaps after deletions; the manifest renumbers them 0..n-1.
     return head, {class_id: i for i, (class_id, _) in enumerate(rows)}
@@ -115,11 +132,16 @@ def manifest_images(*, dataset: Dataset, class_index: dict[int, int]) -> Iterato
                 labels.setdefault(image_id, []).append(
                     {"class": class_index[class_id], "kind": kind, "data": data}
                 )
+        maps = dict(
+            PixelMap.objects.filter(image_id__in=[row[0] for row in batch]).values_list(
+                "image_id", "blob__sha256"
+            )
+        )
         for image_id, sha, filename, split, width, height in batch:
             own = labels.get(image_id, [])
             if len(own) > 1:
                 own.sort(key=_label_sort_key)
-            yield {
+            entry = {
                 "sha256": sha,
                 "filename": filename,
                 "split": split,
@@ -127,6 +149,10 @@ def manifest_images(*, dataset: Dataset, class_index: dict[int, int]) -> Iterato
                 "height": height,
                 "labels": own,
             }
+            if image_id in maps:
+                # Semantic / depth: the image's mask or depth map, a PNG blob.
+                entry["mask"] = maps[image_id]
+            yield entry
         if len(batch) < MANIFEST_BATCH:
             return
         after = (batch[-1][1], batch[-1][0])
@@ -141,6 +167,7 @@ def manifest_build(*, dataset: Dataset) -> dict:
         "classes": head.classes,
         "keypoint_shape": head.keypoint_shape,
         "images": list(manifest_images(dataset=dataset, class_index=class_index)),
+        **({"depth_scale": head.depth_scale} if head.depth_scale is not None else {}),
     }
 
 
@@ -178,6 +205,8 @@ def _manifest_freeze(*, dataset: Dataset) -> FrozenManifest:
                     size = 0
 
             write(f'{{"classes":{_canonical(head.classes)},"dataset":{_canonical(head.dataset)}')
+            if head.depth_scale is not None:
+                write(f',"depth_scale":{_canonical(head.depth_scale)}')
             write(',"images":[')
             for i, image in enumerate(manifest_images(dataset=dataset, class_index=class_index)):
                 write(("," if i else "") + _canonical(image))
