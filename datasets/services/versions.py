@@ -20,6 +20,7 @@ from django.db.models import Q
 from core.errors import ServiceError
 from core.storage import storage_put
 from datasets.models import (
+    PIXEL_TASKS,
     Dataset,
     DatasetClass,
     DatasetVersion,
@@ -109,6 +110,7 @@ def manifest_images(*, dataset: Dataset, class_index: dict[int, int]) -> Iterato
     the number of queries stay small however large the dataset is: 10,000 images take 5 queries.
     """
     after: tuple[str, int] = ("", 0)
+    per_pixel = dataset.task in PIXEL_TASKS
     while True:
         sha, last_id = after
         batch = list(
@@ -132,10 +134,14 @@ def manifest_images(*, dataset: Dataset, class_index: dict[int, int]) -> Iterato
                 labels.setdefault(image_id, []).append(
                     {"class": class_index[class_id], "kind": kind, "data": data}
                 )
-        maps = dict(
-            PixelMap.objects.filter(image_id__in=[row[0] for row in batch]).values_list(
-                "image_id", "blob__sha256"
+        maps = (
+            dict(
+                PixelMap.objects.filter(image_id__in=[row[0] for row in batch]).values_list(
+                    "image_id", "blob__sha256"
+                )
             )
+            if per_pixel
+            else {}
         )
         for image_id, sha, filename, split, width, height in batch:
             own = labels.get(image_id, [])
