@@ -1,8 +1,8 @@
 """Recognise what an upload holds (from its entry names, and a peek at small files) and hand
 it to the parser of its layout: formats.py's (YOLO, COCO, VOC, classification folders),
-formats_layouts.py's (CVAT YOLO 1.1, LabelMe, Ultralytics NDJSON) or a labelling tool's own
+formats_layouts.py's (CVAT YOLO 1.1, LabelMe, Ultralytics NDJSON), a labelling tool's own
 export (tool_formats/: CVAT XML, Label Studio, Datumaro, Supervisely, VIA, CreateML, KITTI, Open
-Images).
+Images), or, for semantic and depth datasets, pixel_formats.py's (masks and depth maps).
 
 Then the importer's rule, the same for every format: a file that looks like labels (XML, JSON,
 TXT, CSV) and gave no label is in the report, with the format it was taken for and why nothing
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 
-from datasets.models import Task
+from datasets.models import PIXEL_TASKS, Task
 from datasets.services import formats_layouts as layouts
 from datasets.services.formats import (
     LABEL_LOOKING_SUFFIXES,
@@ -39,6 +39,7 @@ from datasets.services.formats import (
 )
 from datasets.services.images import looks_like_image
 from datasets.services.import_report import FORMAT_TITLES
+from datasets.services.pixel_formats import parse_pixel
 from datasets.services.tool_formats import (
     createml,
     cvat,
@@ -81,7 +82,12 @@ class _Tracked:
 def detect_and_parse(names: list[str], read: Reader, *, task: str, classes: list[str]) -> Parsed:
     """Recognise the format from the entry names and parse it. `classes` are the dataset's."""
     tracked = _Tracked(read)
-    parsed = _parse(names, read, tracked, task=task, classes=classes)
+    if task in PIXEL_TASKS:
+        # A semantic or depth dataset's upload holds maps (masks/, depth/, gtFine/,
+        # SegmentationClass/): labels of other kinds have nowhere to go.
+        parsed = parse_pixel(names, tracked, task=task, classes=classes)
+    else:
+        parsed = _parse(names, read, tracked, task=task, classes=classes)
     _no_silent_label_file(parsed, names, tracked.names, read)
     return parsed
 

@@ -52,6 +52,7 @@ SKIP_LABEL_FILE = "label_file"  # a whole label or annotation file refused
 SKIP_NO_IMAGE = "no_image"  # a label file, or an annotation's image, that matched no image
 SKIP_FILE = "file"  # a file that is neither an image nor labels Kestrel reads
 SKIP_EMPTY = "empty_label_file"  # a label file read in its format that held no label
+SKIP_NO_MASK = "no_mask"  # an image of a per-pixel layout without its mask (imported unlabelled)
 
 
 class LabelFileError(Exception):
@@ -75,6 +76,25 @@ class ParsedImage:
     # Formats that give pixels but no image size (KITTI, CreateML, VIA): the labels' numbers
     # are pixels of the image, normalised by the import once it has read the image's size.
     in_pixels: bool = False
+    # Per-pixel layouts (pixel_formats.py): the archive entry of the image's mask or depth map.
+    mask: str | None = None
+
+
+@dataclass
+class PixelLayout:
+    """How the maps of a per-pixel layout are read (pixel_formats.py): a mask's raw values go
+    through `lut` (256 entries: raw value → class index or 255, Ultralytics' label_mapping and
+    Cityscapes' label ids), an RGB mask's colours through `colours` (a labelmap's list), and a
+    palette PNG's indexes through its palette's colours when `colours` is given. Depth maps
+    are 16-bit, `depth_scale` (PNG value of a metre) as the upload declared it, or why it was
+    refused."""
+
+    lut: list[int] | None = None
+    colours: dict[tuple[int, int, int], int] | None = None
+    depth_scale: float | None = None
+    depth_scale_refused: str = ""
+    # No class list in the upload nor in the dataset: classes class0… from the masks' values.
+    classes_from_maps: bool = False
 
 
 @dataclass
@@ -91,6 +111,8 @@ class Parsed:
     # Labels parsed from each file the parser read as a label file (0: it held none). A file
     # read only for class names or splits is not in it. format_detect.py's rule reads it.
     label_counts: dict[str, int] = field(default_factory=dict)
+    # Per-pixel layouts only (semantic and depth datasets).
+    pixels: PixelLayout | None = None
 
 
 Reader = Callable[[str, int], bytes]

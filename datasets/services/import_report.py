@@ -20,6 +20,7 @@ from datasets.services.formats import (
     SKIP_LABEL,
     SKIP_LABEL_FILE,
     SKIP_NO_IMAGE,
+    SKIP_NO_MASK,
 )
 
 # What the report and the README call each format.
@@ -41,6 +42,12 @@ FORMAT_TITLES = {
     "kitti": "KITTI",
     "openimages": "Open Images CSV",
     "classification-folders": "classification folders",
+    "yolo-semantic": "Ultralytics semantic masks",
+    "cityscapes": "Cityscapes",
+    "voc-segmentation": "Pascal VOC segmentation masks",
+    "mask-folders": "image and mask folders",
+    "yolo-depth": "Ultralytics depth maps",
+    "depth-folders": "image and depth map folders",
     "images": "images only",
 }
 
@@ -57,6 +64,7 @@ KIND_TITLES = {
     SKIP_LABEL: "Labels refused",
     SKIP_EMPTY: "Label files with no labels",
     SKIP_IMAGE: "Images not imported",
+    SKIP_NO_MASK: "Images without a mask or depth map (imported unlabelled)",
     EMPTY_CLASS: "Classes with no labels",
     SKIP_FILE: "Other files not used",
 }

@@ -7,6 +7,7 @@ one blob); bytes stored by a failed import are removed again.
 
 import dataclasses
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import cv2
+import numpy as np
 from django.conf import settings
 from django.core.cache import cache
 from django.core.files.storage import default_storage
@@ -38,6 +41,7 @@ from core.leases import (
 from core.storage import storage_is_local, storage_put
 from core.tasks import task_send
 from datasets.models import (
+    PIXEL_TASKS,
     Blob,
     Dataset,
     DatasetClass,
@@ -46,6 +50,8 @@ from datasets.models import (
     ImportStatus,
     Label,
     LabelStatus,
+    PixelMap,
+    Task,
     UploadChunk,
 )
 from datasets.services.archive import (
@@ -66,6 +72,7 @@ from datasets.services.formats import (
     SKIP_FILE,
     SKIP_IMAGE,
     SKIP_LABEL,
+    SKIP_LABEL_FILE,
     LabelFileError,
     Parsed,
     ParsedImage,
@@ -77,6 +84,15 @@ from datasets.services.import_report import (
     labels_found,
     not_imported,
     warning_for,
+)
+from datasets.services.pixel_formats import MAX_MAP_BYTES, map_read
+from datasets.services.pixel_maps import (
+    PixelMapError,
+    labelled_count,
+    map_stats,
+    overlay_key,
+    overlay_render,
+    png_encode,
 )
 from datasets.services.video import VideoFrames, is_video, video_fps_check
 from workspaces.permissions import Perm
@@ -235,6 +251,7 @@ class _Run:
         self.unthumbnailed_blob_ids: list[int] = []
         self.rows = _RowWriter(dataset)
         self.prefetch: _Prefetch | None = None
+        self.maps: _MapReading | None = None
 
     def _read_small(self, name: str, limit: int) -> bytes:
         size = self._sizes[name]
@@ -263,16 +280,24 @@ class _Run:
                 usable.append(entry.name)
             else:
                 self.skipped.append((entry.name, "unsupported file", SKIP_FILE))
-        if self.source.parallel_reads:
-            # Images are checked and stored while this thread reads the labels.
-            self.prefetch = _Prefetch(
-                self.source, [n for n in usable if looks_like_image(n)], self.writer
-            )
-        try:
-            existing = list(self.dataset.classes.order_by("index").values_list("name", flat=True))
+        existing = list(self.dataset.classes.order_by("index").values_list("name", flat=True))
+        parsed = None
+        to_check = [n for n in usable if looks_like_image(n)]
+        if self.dataset.task in PIXEL_TASKS:
+            # Masks and depth maps are PNGs too, never images of the dataset: the layout (read
+            # from names and a few small files) says which entries are the images.
             parsed = detect_and_parse(
                 usable, self._read_small, task=self.dataset.task, classes=existing
             )
+            to_check = [n for n in to_check if n in parsed.images]
+        if self.source.parallel_reads:
+            # Images are checked and stored while this thread reads the labels.
+            self.prefetch = _Prefetch(self.source, to_check, self.writer)
+        try:
+            if parsed is None:
+                parsed = detect_and_parse(
+                    usable, self._read_small, task=self.dataset.task, classes=existing
+                )
             self.skipped += parsed.skipped
             self.skipped += getattr(self.source, "skipped", [])
             with transaction.atomic():
@@ -321,6 +346,8 @@ class _Run:
         )
         self.dataset = self.rows.dataset = dataset
         classes = self._class_map(parsed, existing)
+        if parsed.pixels is not None:
+            self.maps = _MapReading(dataset, parsed, classes)
         # Copies of one file within an import are images of their own (each with its labels
         # and split, the bytes stored once); an image already in the dataset under the same
         # name and bytes is not imported again, so importing an archive twice does not double it.
@@ -354,6 +381,8 @@ class _Run:
         self._flush(pending, classes, counts, per_class, splits)
         _progress(self.imp.pk, "saving", total, total)
         created = [] if existing else [c.name for c in classes if c is not None]
+        if self.maps is not None:
+            created += self.maps.classes_made(existing=bool(existing))
         empty = [name for name in created if not per_class[name]]
         found = labels_found(self.skipped, counts["labels"])
         return {
@@ -372,6 +401,8 @@ class _Run:
                 images_imported=counts["images"], labels_imported=counts["labels"], found=found
             ),
             "classes": [c.name for c in DatasetClass.objects.filter(dataset=dataset)],
+            **({"maps_imported": counts["maps"]} if self.maps is not None else {}),
+            **({"depth_scale": dataset.depth_scale} if dataset.task == Task.DEPTH else {}),
         }
 
     def _flush(self, pending, classes, counts, per_class, splits) -> None:
@@ -391,20 +422,81 @@ class _Run:
         self.unthumbnailed_blob_ids += [
             blob_ids[sha] for sha, checked in new_blobs.items() if not checked.has_thumbnail
         ]
+        stored_maps = self._maps_for(pending)
+        map_blob_ids = self._map_blobs(stored_maps)
         images, labels = [], []  # image rows; labels as (index in images, class, kind, data)
+        maps = []  # (index in images, map blob id, stats)
         for parsed_image, checked in pending:
             own = self._labels_for(parsed_image, checked, classes)
-            status = LabelStatus.LABELLED if own else LabelStatus.UNLABELLED
+            count = len(own)
+            stored = stored_maps.get(parsed_image.name)
+            if stored is not None:
+                count = labelled_count(stored.stats, task=self.dataset.task)
+                maps.append((len(images), map_blob_ids[stored.sha256], stored.stats))
+                for index in stored.stats if self.dataset.task == Task.SEMANTIC else ():
+                    per_class[self.maps.class_name(int(index))] += 1
+            status = LabelStatus.LABELLED if count else LabelStatus.UNLABELLED
             filename = display_name(parsed_image.name)
-            image = (blob_ids[checked.sha256], filename, parsed_image.split, len(own), status)
+            image = (blob_ids[checked.sha256], filename, parsed_image.split, count, status)
             images.append(image)
             splits[parsed_image.split] += 1
             for cls, kind, data in own:
                 labels.append((len(images) - 1, cls, kind, data))
                 per_class[cls.name] += 1
-        self.rows.write(images, labels)
+        ids = self.rows.write(images, labels)
+        if maps:
+            PixelMap.objects.bulk_create(
+                PixelMap(image_id=ids[index], blob_id=blob_id, stats=stats)
+                for index, blob_id, stats in maps
+            )
         counts["images"] += len(images)
-        counts["labels"] += len(labels)
+        counts["labels"] += len(labels) + len(maps)
+        counts["maps"] += len(maps)
+
+    def _maps_for(self, pending) -> dict[str, "_StoredMap"]:
+        """Each pending image's mask or depth map read, checked and stored (by image name), on
+        threads (decoding and encoding PNGs release the GIL); one that cannot be taken is in
+        the report with why, and its image imported without."""
+        if self.maps is None:
+            return {}
+        task, scale = self.dataset.task, self.dataset.depth_scale
+
+        def one(item) -> tuple[str, str, object]:
+            parsed_image, checked = item
+            try:
+                data = self._read_small(parsed_image.mask, MAX_MAP_BYTES)
+                array = self.maps.read(data, size=(checked.width, checked.height))
+            except (LabelFileError, PixelMapError) as e:
+                return parsed_image.name, parsed_image.mask, str(e)
+            return (
+                parsed_image.name,
+                parsed_image.mask,
+                self.writer.store_map(array, task=task, depth_scale=scale),
+            )
+
+        with_maps = [item for item in pending if item[0].mask is not None]
+        out = {}
+        with ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
+            for image_name, map_name, result in pool.map(one, with_maps):
+                if isinstance(result, str):
+                    why = f"{result} (its image is imported unlabelled)"
+                    self.skipped.append((map_name, why, SKIP_LABEL_FILE))
+                else:
+                    out[image_name] = result
+                    self.maps.seen(result.stats)
+        return out
+
+    def _map_blobs(self, stored_maps: dict[str, "_StoredMap"]) -> dict[str, int]:
+        """Blob rows of the maps (a map's PNG is content-addressed like an image): sha → id."""
+        if not stored_maps:
+            return {}
+        shas = {m.sha256 for m in stored_maps.values()}
+        ids = dict(Blob.objects.filter(sha256__in=shas).values_list("sha256", "id"))
+        new = {m.sha256: m for m in stored_maps.values() if m.sha256 not in ids}
+        ids.update(self.rows.blobs(list(new.values())))
+        if missing := [sha for sha in shas if sha not in ids]:
+            ids.update(Blob.objects.filter(sha256__in=missing).values_list("sha256", "id"))
+        return ids
 
     def _labels_for(self, parsed_image: ParsedImage, checked, classes) -> list[tuple]:
         """The labels to write for one image, mapped to the dataset's classes."""
@@ -481,12 +573,12 @@ class _RowWriter:
             self._label_sql, self._label_rest = _copy_statement(Label, self.LABEL_COLUMNS, now)
             self._blob_sql, self._blob_rest = _blob_insert_statement(self.BLOB_COLUMNS, now)
 
-    def write(self, images: list[tuple], labels: list[tuple]) -> None:
+    def write(self, images: list[tuple], labels: list[tuple]) -> list[int]:
+        """The image rows' ids, in the order given."""
         if not images:
-            return
+            return []
         if not self.copy:
-            self._bulk_create(images, labels)
-            return
+            return self._bulk_create(images, labels)
         with connection.cursor() as wrapper:
             cursor = wrapper.cursor  # psycopg's own, in Django's transaction
             cursor.execute(
@@ -503,6 +595,7 @@ class _RowWriter:
                 with cursor.copy(self._label_sql) as copy:
                     for index, cls, kind, data in labels:
                         copy.write_row((ids[index], cls.pk, kind, dumps(data), *rest))
+        return ids
 
     BLOB_COLUMNS = ("sha256", "size", "content_type", "width", "height", "has_thumbnail")
 
@@ -525,7 +618,7 @@ class _RowWriter:
             )
             return dict(wrapper.cursor.fetchall())
 
-    def _bulk_create(self, images: list[tuple], labels: list[tuple]) -> None:
+    def _bulk_create(self, images: list[tuple], labels: list[tuple]) -> list[int]:
         rows = [
             Image(
                 dataset=self.dataset,
@@ -545,6 +638,7 @@ class _RowWriter:
             ),
             batch_size=2000,
         )
+        return [row.pk for row in rows]
 
 
 _JSON = json.JSONEncoder()  # as JSONField stores it
@@ -630,6 +724,120 @@ class _BlobWriter:
             with self._lock:
                 self.written.append(blob.thumbnail_key)
         return True
+
+    def store_map(self, array, *, task: str, depth_scale: float | None) -> "_StoredMap":
+        """A mask's or depth map's canonical PNG and its overlay stored once, like an image's
+        bytes and thumbnail (pixel_maps.pixel_map_store's, with what this import wrote kept so
+        a failed import removes it)."""
+        data = png_encode(array)
+        sha = hashlib.sha256(data).hexdigest()
+        height, width = array.shape
+        stats = map_stats(array, task=task, depth_scale=depth_scale)
+        stored = _StoredMap(sha, len(data), width, height, stats)
+        with self._lock:
+            if sha in self._claimed:
+                return stored
+            self._claimed.add(sha)
+        key = Blob(sha256=sha).storage_key
+        if storage_put(key, data, sha256=sha):
+            with self._lock:
+                self.written.append(key)
+        if storage_put(overlay_key(sha), overlay_render(array, task=task)):
+            with self._lock:
+                self.written.append(overlay_key(sha))
+        return stored
+
+
+@dataclasses.dataclass(frozen=True)
+class _StoredMap:
+    """A stored map, with the columns of its Blob row (_RowWriter.BLOB_COLUMNS)."""
+
+    sha256: str
+    size: int
+    width: int
+    height: int
+    stats: dict
+    content_type: str = "image/png"
+    has_thumbnail: bool = False  # its overlay is drawn instead
+
+
+class _MapReading:
+    """How one import reads its masks or depth maps into the dataset: the layout's values
+    mapped to the dataset's class indexes (matched by name), and the depth scale."""
+
+    def __init__(self, dataset: Dataset, parsed: Parsed, classes: list[DatasetClass | None]):
+        self.dataset, self.layout, self.task = dataset, parsed.pixels, dataset.task
+        self.from_maps = self.layout.classes_from_maps and not classes
+        self.largest = -1  # classes made from the maps: the largest index seen
+        self.names = {c.index: c.name for c in DatasetClass.objects.filter(dataset=dataset)}
+        self.parsed_count = len(parsed.class_names)
+        self.remap = None  # parsed class index → the dataset's, where they differ
+        self.lacking: dict[int, str] = {}
+        if self.task == Task.SEMANTIC and not self.from_maps:
+            lut = np.arange(256, dtype=np.uint8)
+            for i, cls in enumerate(classes):
+                if cls is None:
+                    self.lacking[i] = parsed.class_names[i]
+                else:
+                    lut[i] = cls.index
+            if not np.array_equal(lut, np.arange(256)):
+                self.remap = lut
+        if self.task == Task.DEPTH:
+            self._depth_scale_take(parsed)
+
+    def _depth_scale_take(self, parsed: Parsed) -> None:
+        """The upload's depth_scale becomes the dataset's while it holds no depth map; one
+        that differs from the scale of maps already stored is refused (the values would mean
+        other distances)."""
+        given, dataset = self.layout.depth_scale, self.dataset
+        if given is None or given == dataset.depth_scale:
+            return
+        if (
+            dataset.depth_scale is None
+            or not PixelMap.objects.filter(image__dataset=dataset).exists()
+        ):
+            dataset.depth_scale = given
+            dataset.save(update_fields=["depth_scale", "updated_at"])
+            parsed.notes.append(f"the dataset's depth scale set to {given:g} (PNG value of 1 m)")
+            return
+        self.layout.depth_scale_refused = (
+            f"not read: the upload's depth_scale is {given:g} but this dataset's depth maps use "
+            f"{dataset.depth_scale:g} (PNG value of one metre); import it into a dataset of its "
+            "own scale"
+        )
+
+    def read(self, data: bytes, *, size: tuple[int, int]) -> np.ndarray:
+        classes = 255 if self.from_maps else self.parsed_count
+        array = map_read(data, task=self.task, layout=self.layout, size=size, classes=classes)
+        if self.task != Task.SEMANTIC:
+            return array
+        if self.lacking:
+            present = [i for i in np.unique(array).tolist() if i in self.lacking]
+            if present:
+                raise PixelMapError(
+                    f"it holds class “{self.lacking[present[0]]}”, which this dataset lacks"
+                )
+        if self.remap is not None:
+            array = cv2.LUT(array, self.remap)
+        return array
+
+    def seen(self, stats: dict) -> None:
+        """A stored map's classes (its stats): the largest, where the maps make the classes."""
+        if self.from_maps and self.task == Task.SEMANTIC and stats:
+            self.largest = max(self.largest, *(int(k) for k in stats))
+
+    def class_name(self, index: int) -> str:
+        return self.names.get(index, f"class{index}")
+
+    def classes_made(self, *, existing: bool) -> list[str]:
+        """Classes class0… up to the largest value in the masks, where no list named them."""
+        if not self.from_maps or existing or self.largest < 0:
+            return []
+        made = [f"class{i}" for i in range(self.largest + 1)]
+        DatasetClass.objects.bulk_create(
+            DatasetClass(dataset=self.dataset, index=i, name=n) for i, n in enumerate(made)
+        )
+        return made
 
 
 def _check_one(item: tuple[str, bytes | EntryError], writer: "_BlobWriter") -> tuple:

@@ -24,13 +24,27 @@ class Command(BaseCommand):
         parser.add_argument("--name", required=True, help="dataset name")
         parser.add_argument("--task", choices=Task.values, default=Task.DETECT)
         parser.add_argument(
+            "--depth-scale",
+            default=None,
+            help="depth datasets made by this command: the PNG value of one metre (default 1000; "
+            "an Ultralytics data YAML's depth_scale is taken while the dataset has no depth map)",
+        )
+        parser.add_argument(
             "--video-fps",
             default=None,
             help="frames per second sampled from videos (default 1)",
         )
 
     def handle(
-        self, *args, path: Path, workspace: str, name: str, task: str, video_fps=None, **options
+        self,
+        *args,
+        path: Path,
+        workspace: str,
+        name: str,
+        task: str,
+        video_fps=None,
+        depth_scale=None,
+        **options,
     ):
         try:
             video_fps = video_fps_check(video_fps)
@@ -47,7 +61,12 @@ class Command(BaseCommand):
         access = workspace_access_for_user(user=owner.user, slug=workspace)
         dataset = Dataset.objects.for_workspace(access.workspace).filter(name__iexact=name).first()
         if dataset is None:
-            dataset = dataset_create(access=access, name=name, task=task)
+            try:
+                dataset = dataset_create(
+                    access=access, name=name, task=task, depth_scale=depth_scale
+                )
+            except ServiceError as exc:
+                raise CommandError(str(exc)) from None
         imp = dataset_import_path(access=access, dataset=dataset, path=path, video_fps=video_fps)
         out = {
             "dataset": dataset.pk,
@@ -71,9 +90,14 @@ def report_lines(report: dict) -> list[str]:
     lines = []
     if report.get("warning"):
         lines.append(f"Warning: {report['warning']}")
+    if "maps_imported" in report:  # a semantic or depth dataset: masks or depth maps
+        what = "depth maps" if "depth_scale" in report else "masks"
+        labels = f"{report['maps_imported']:,} {what}"
+    else:
+        labels = f"{report.get('labels_imported', 0):,} labels"
     lines.append(
         f"Imported {report.get('images_imported', 0):,} images and "
-        f"{report.get('labels_imported', 0):,} labels ({report.get('format') or 'no format'})."
+        f"{labels} ({report.get('format') or 'no format'})."
     )
     groups = report.get("not_imported") or []
     if groups:
