@@ -10,10 +10,10 @@ from typing import Annotated, Any, ClassVar, TypeVar
 import pydantic
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Router, Schema
 
-from annotation import selectors, services
+from annotation import masks, selectors, services
 from annotation.shapes import LabelsInvalid
 from core.errors import ServiceError
 from datasets import selectors as dataset_selectors
@@ -164,6 +164,50 @@ def labels_put(request: HttpRequest, image_id: int):
 def _ids(values: list | None) -> list[int]:
     """The ids among them: anything else in the list is passed over."""
     return [v for v in values or [] if isinstance(v, int) and not isinstance(v, bool)]
+
+
+@router.get("/images/{image_id}/pixels")
+def pixels_get(request: HttpRequest, image_id: int):
+    """The image's stored mask or depth map as raw values: zlib-deflated, little-endian, row
+    by row (`X-Dtype` uint8 for a mask, uint16 for depth; `X-Width`, `X-Height`); 204 when it
+    has none. `X-Revision` is the revision to save a painted mask at."""
+    _, image = _image(request, image_id, Perm.READ)
+    raw = masks.pixels_raw(image=image)
+    headers = {"X-Revision": str(image.revision), "Cache-Control": "private, no-store"}
+    if raw is None:
+        return HttpResponse(status=204, headers=headers)
+    headers.update({"X-Width": str(raw.width), "X-Height": str(raw.height), "X-Dtype": raw.dtype})
+    return HttpResponse(raw.data, content_type="application/octet-stream", headers=headers)
+
+
+@router.put("/images/{image_id}/mask")
+def mask_put(request: HttpRequest, image_id: int):
+    """Replace a semantic image's mask: the body is the PNG (8-bit greyscale, each pixel its
+    class index, 255 where no class is), `?revision=` the revision it was read at. A stale
+    revision gets 409 and nothing is written; a wrong size or a value outside the classes, 400."""
+    access, image = _image(request, image_id, Perm.WRITE)
+    limit = masks.MASK_MAX_BYTES
+    # Read from the stream: request.body would hold it to DATA_UPLOAD_MAX_MEMORY_SIZE, a form's.
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise ServiceError(f"The mask's PNG is larger than the {limit // 2**20} MiB taken.")
+    try:
+        revision = int(request.GET.get("revision", ""))
+    except ValueError:
+        raise ServiceError("Send the revision the mask was read at (?revision=).") from None
+    try:
+        saved = masks.mask_save(access=access, image=image, revision=revision, png=body)
+    except services.StaleRevision as exc:
+        return JsonResponse({"detail": str(exc), "revision": exc.revision}, status=409)
+    return JsonResponse(
+        {
+            "image_id": saved.pk,
+            "revision": saved.revision,
+            "status": saved.status,
+            "review_comment": saved.review_comment,
+            "stats": saved.pixel_map.stats,
+        }
+    )
 
 
 @router.post("/images/{image_id}/review")

@@ -5,6 +5,7 @@ from django.conf import settings
 from django.middleware.csrf import get_token
 from django.urls import reverse
 
+from annotation.masks import depth_scale_of
 from annotation.models import PrelabelRun, Suggestion
 from datasets.models import Dataset, Image, Label, LabelStatus, Task
 from datasets.selectors.counts import class_label_counts
@@ -217,9 +218,13 @@ def editor_data(*, request, access: WorkspaceAccess, dataset: Dataset, image: Im
             "name": dataset.name,
             "task": dataset.task,
             "keypoint_shape": dataset.keypoint_shape,
+            # Depth: the stored value of one metre (the editor shows metres under the cursor).
+            "depth_scale": depth_scale_of(dataset),
         },
         "classes": [class_out(c, c.label_total, c.label_count.text) for c in counts],
         "labels_url": f"{api}/labels",
+        "pixels_url": f"{api}/pixels",
+        "mask_url": f"{api}/mask",
         "class_add_url": f"/api/v1/datasets/{dataset.pk}/classes",
         "review_url": f"{api}/review",
         "suggest_url": f"{api}/suggestions",

@@ -26,6 +26,7 @@ from django.http import Http404, HttpRequest, QueryDict
 from django.http.cookie import parse_cookie
 from django.utils import timezone
 
+from annotation.masks import MASK_MAX_BYTES
 from core.request_guard import Grant, Refused, json_refusal, plain_refusal
 from datasets.selectors import dataset_access_for_caller
 from datasets.services.uploads import chunk_bytes
@@ -95,6 +96,10 @@ def _signed_in_or_keyed(credentials: _Credentials, limit: int, what: str) -> Gra
     if credentials.api_key is None and credentials.user is None:
         return None
     return Grant(limit, what, credentials.caller())
+
+
+def _mask(credentials: _Credentials, path: dict) -> Grant | None:
+    return _signed_in_or_keyed(credentials, MASK_MAX_BYTES, "a painted mask")
 
 
 def _chunk(credentials: _Credentials, path: dict) -> Grant | None:
@@ -218,6 +223,7 @@ ROUTES = [
     _Route(re.compile(WS + r"/projects/\d+/models/upload/$"), _model_form),
     _Route(re.compile(r"^/api/v1/datasets/(?P<dataset>\d+)/uploads$"), _api_upload),
     _Route(re.compile(r"^/api/v1/models/\d+/predict$"), _predict),
+    _Route(re.compile(r"^/api/v1/images/\d+/mask$"), _mask),
     _Route(re.compile(r"^/d/[^/]+/predict$"), _predict),
     _Route(re.compile(r"^/api/v1/trainer/jobs/(?P<job>\d+)/events$"), _trainer_events),
     _Route(

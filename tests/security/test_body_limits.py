@@ -27,6 +27,7 @@ import yaml
 from django.conf import settings
 from django.test import Client
 
+from annotation.masks import MASK_MAX_BYTES
 from billing.plans import DEFAULT_PLANS
 from core.request_guard import MAX_HEAD_BYTES, size_text
 from datasets.views.uploads import MAX_FILE_LIST_BYTES
@@ -401,6 +402,7 @@ def test_compose_puts_a_front_server_with_matching_limits_before_the_web(tmp_pat
         "/api/v1/trainer/jobs/1/attempts/2/files/best.pt": MAX_WEIGHTS_BYTES,
         "/api/v1/models/1/predict": settings.PREDICT_MAX_BODY_BYTES + 64 * 1024,
         "/d/endpoint/predict": settings.PREDICT_MAX_BODY_BYTES + 64 * 1024,
+        "/api/v1/images/1/mask": MASK_MAX_BYTES,
     }
     for path, limit in routes.items():
         matched = [block for pattern, block in locations.items() if re.match(pattern, path)]

@@ -4,6 +4,7 @@
 import { Assist } from "./assist.js";
 import { Editor } from "./editor.js";
 import { Api } from "./io.js";
+import { pixelEditor, viewSize } from "./masks.js";
 import { Panel } from "./panel.js";
 import { cloneLabel, cloneLabels, hitTest } from "./shapes.js";
 import { DRAW_TOOLS, SamTool, SelectTool, SmartTool } from "./tools/index.js";
@@ -18,7 +19,7 @@ class App {
     this.data = data;
     this.api = new Api(data.csrf_token);
     this.editor = new Editor(data, this.api);
-    this.view = new View(data.image.width, data.image.height);
+    this.view = new View(...viewSize(data));
     this.canvas = root.querySelector("[data-testid=editor-canvas]");
     this.stage = this.canvas.parentElement;
     this.leaving = false;
@@ -35,6 +36,12 @@ class App {
       if (data.sam && data.sam.available) this.tools.sam = new SamTool(this);
     }
     this.tool = this.tools[ed.kind] || this.tools.select;
+    // Semantic and depth datasets are labelled per pixel, with tools of their own (masks.js).
+    this.pixels = pixelEditor(this);
+    if (this.pixels) {
+      this.tools = this.pixels.tools;
+      this.tool = this.pixels.tool;
+    }
 
     this.renderer = new Renderer(this.canvas, {
       view: this.view,
@@ -49,7 +56,10 @@ class App {
       suggestions: () => ed.suggestions(),
       selection: () => ed.selection,
       hover: () => ed.hover,
-      preview: (ctx, view) => this.tool.draw(ctx, view),
+      preview: (ctx, view) => {
+        this.pixels?.draw(ctx, view);
+        this.tool.draw(ctx, view);
+      },
     });
     this.assist = new Assist(root, this);
     this.panel = new Panel(root, this);
@@ -69,7 +79,8 @@ class App {
   }
 
   async start() {
-    const ok = await this.editor.load();
+    let ok = await this.editor.load();
+    if (ok && this.pixels) ok = await this.pixels.load();
     this.root.dataset.ready = ok ? "true" : "false";
   }
 
@@ -280,6 +291,7 @@ class App {
     }
     if (key === "?") return this.handled(event, () => this.panel.toggleHelp(true));
     if (!ed.loaded) return;
+    if (this.pixels && this.pixels.key(event)) return this.handled(event, () => this.renderer.request());
     if (mod && !event.altKey) {
       if (lower === "z" && event.shiftKey) return this.handled(event, () => ed.redo());
       if (lower === "z") return this.handled(event, () => ed.undo());
