@@ -53,7 +53,17 @@ CPU_EPOCH_OVERHEAD_SECONDS = 4.0
 # activations per image at 640 px by size (GB, with AMP), a task factor, CUDA's own context.
 BYTES_PER_PARAM = 16
 ACTIVATION_GB_640 = {"n": 0.15, "s": 0.24, "m": 0.42, "l": 0.55, "x": 0.85}
-TASK_MEMORY = {"detect": 1.0, "segment": 1.35, "pose": 1.1, "obb": 1.1, "classify": 0.4}
+# Semantic and depth: not measured yet, set like segment's (their heads keep per-pixel maps at
+# 1/8 of the image, and the loss runs over every pixel of them).
+TASK_MEMORY = {
+    "detect": 1.0,
+    "segment": 1.35,
+    "pose": 1.1,
+    "obb": 1.1,
+    "classify": 0.4,
+    "semantic": 1.35,
+    "depth": 1.35,
+}
 CUDA_CONTEXT_GB = 0.6
 HEADROOM = 1.2
 AUTOBATCH_FRACTION = 0.6  # Ultralytics' AutoBatch default

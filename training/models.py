@@ -277,7 +277,14 @@ class TrainingJob(models.Model):
     @property
     def model_name(self) -> str:
         """Ultralytics' name of the architecture, e.g. yolo11n-seg."""
-        suffix = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
+        suffix = {
+            "detect": "",
+            "segment": "-seg",
+            "pose": "-pose",
+            "obb": "-obb",
+            "semantic": "-sem",
+            "depth": "-depth",
+        }
         return f"{self.model_family}{self.model_size}{suffix.get(self.task, '-cls')}"
 
     @property

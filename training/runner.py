@@ -830,7 +830,9 @@ def _final_results(trainer) -> dict:
             and len(matrix.matrix) <= MAX_MATRIX_CLASSES
         ):
             names = [str(n) for n in matrix.names.values()]
-            if matrix.task != "classify":
+            # Detection-like tasks add a row and column for what matched no object; classify
+            # and semantic matrices are the classes alone.
+            if len(matrix.matrix) == len(names) + 1:
                 names.append("background")
             out["confusion_matrix"] = {
                 "names": names,

@@ -51,6 +51,8 @@ PRIMARY_METRIC = {
     Task.SEGMENT: ("metrics/mAP50(M)", "mask mAP50"),
     Task.POSE: ("metrics/mAP50(P)", "pose mAP50"),
     Task.CLASSIFY: ("metrics/accuracy_top1", "top-1 accuracy"),
+    Task.SEMANTIC: ("metrics/mIoU", "mIoU"),
+    Task.DEPTH: ("metrics/delta1", "δ1"),
 }
 # The metric runs of a project are compared by: Ultralytics' fitness leans on mAP50-95.
 MAIN_METRIC = {
@@ -59,6 +61,10 @@ MAIN_METRIC = {
     Task.SEGMENT: ("metrics/mAP50-95(M)", "mask mAP50-95"),
     Task.POSE: ("metrics/mAP50-95(P)", "pose mAP50-95"),
     Task.CLASSIFY: ("metrics/accuracy_top1", "top-1 accuracy"),
+    # Ultralytics' fitness for these: mIoU, and δ1 (the share of pixels within 1.25× of the
+    # true depth).
+    Task.SEMANTIC: ("metrics/mIoU", "mIoU"),
+    Task.DEPTH: ("metrics/delta1", "δ1"),
 }
 LOG_TAIL_LINES = 200
 LOG_TAIL_CHUNKS = 400  # a chunk holds at least one line

@@ -25,9 +25,10 @@ MAX_PICKLE_BYTES = 256 * 1024 * 1024
 
 # The classes real checkpoints hold, read from them with
 # torch.serialization.get_unsafe_globals_in_checkpoint: every task (detect, segment, classify,
-# pose, obb) of every family Kestrel trains (YOLO26, YOLO11, YOLOv8), last.pt with its
-# optimizer and the stripped best.pt (tests/training/test_checkpoint_loading.py trains them
-# all and checks that each still loads). Classes only, named as a pickle names them
+# pose, obb) of every family Kestrel trains (YOLO26, YOLO11, YOLOv8), and YOLO26's semantic
+# and depth models, last.pt with its optimizer and the stripped best.pt
+# (tests/training/test_checkpoint_loading.py and test_pixel_tasks.py train them and check
+# that each still loads). Classes only, named as a pickle names them
 # (`__module__.__qualname__`); never a module, never a function. Not every nn.Module is
 # harmless: AutoBackend opens files in its constructor, TorchVision downloads, the text models
 # of World/YOLOE download and load TorchScript. A class Ultralytics adds later is refused, with
@@ -64,6 +65,7 @@ CHECKPOINT_CLASSES: tuple[str, ...] = (
     "ultralytics.nn.modules.conv.Conv",
     "ultralytics.nn.modules.conv.DWConv",
     "ultralytics.nn.modules.head.Classify",
+    "ultralytics.nn.modules.head.Depth",
     "ultralytics.nn.modules.head.Detect",
     "ultralytics.nn.modules.head.OBB",
     "ultralytics.nn.modules.head.OBB26",
@@ -71,12 +73,15 @@ CHECKPOINT_CLASSES: tuple[str, ...] = (
     "ultralytics.nn.modules.head.Pose26",
     "ultralytics.nn.modules.head.Segment",
     "ultralytics.nn.modules.head.Segment26",
+    "ultralytics.nn.modules.head.SemanticSegment",
     # Ultralytics models, one per task
     "ultralytics.nn.tasks.ClassificationModel",
+    "ultralytics.nn.tasks.DepthModel",
     "ultralytics.nn.tasks.DetectionModel",
     "ultralytics.nn.tasks.OBBModel",
     "ultralytics.nn.tasks.PoseModel",
     "ultralytics.nn.tasks.SegmentationModel",
+    "ultralytics.nn.tasks.SemanticSegmentationModel",
     # Data: the training arguments of last.pt, and a classifier's preprocessing
     "ultralytics.utils.IterableSimpleNamespace",
     "torchvision.transforms.functional.InterpolationMode",

@@ -349,10 +349,25 @@
     Object.keys(NAMES).forEach(function (name) { KNOWN.push("metrics/" + name + "(" + suffix + ")"); });
   });
   KNOWN.push("metrics/accuracy_top1", "metrics/accuracy_top5");
+  // Semantic segmentation and depth (training.views.job_page.PIXEL_METRICS): shares from 0 to
+  // 1 on the quality chart; depth's errors (AbsRel, RMSE in metres, SILog) on a chart of their
+  // own, since they are not bounded by 1 and lower is better.
+  var PIXEL = {
+    "metrics/mIoU": "mIoU",
+    "metrics/pixel_acc": "Pixel accuracy",
+    "metrics/delta1": "δ1",
+    "metrics/delta2": "δ2",
+    "metrics/delta3": "δ3",
+  };
+  var DEPTH_ERRORS = { "metrics/abs_rel": "AbsRel", "metrics/rmse": "RMSE (m)", "metrics/silog": "SILog" };
+  Object.keys(PIXEL).forEach(function (k) { KNOWN.push(k); });
+  Object.keys(DEPTH_ERRORS).forEach(function (k) { KNOWN.push(k); });
 
   function qualityLabel(key) {
     if (key === "metrics/accuracy_top1") return "Top-1 accuracy";
     if (key === "metrics/accuracy_top5") return "Top-5 accuracy";
+    if (PIXEL[key]) return PIXEL[key];
+    if (DEPTH_ERRORS[key]) return DEPTH_ERRORS[key];
     var m = QUALITY.exec(key);
     if (!m) return key;
     var name = NAMES[m[1]] || m[1];
@@ -371,6 +386,13 @@
 
   function accuracyOnly(keys) {
     return keys.every(function (k) { return k.indexOf("metrics/accuracy") === 0; });
+  }
+
+  function qualityTitle(keys) {
+    if (accuracyOnly(keys)) return "Accuracy";
+    if (keys.indexOf("metrics/mIoU") >= 0) return "mIoU, pixel accuracy";
+    if (keys.indexOf("metrics/delta1") >= 0) return "Depth accuracy (δ)";
+    return "Precision, recall, mAP";
   }
 
   function drawEpochCharts() {
@@ -398,13 +420,23 @@
       }
     });
     var quality = qualityKeys(Array.from(keys));
+    var errors = quality.filter(function (k) { return DEPTH_ERRORS[k]; });
+    quality = quality.filter(function (k) { return !DEPTH_ERRORS[k]; });
     var axes = { x: "Epoch" };
-    // Charts are made in this order the first time they have data: quality, losses, rates.
+    // Charts are made in this order the first time they have data: quality, depth errors,
+    // losses, rates.
     if (quality.length) {
       setSeries(
-        chart("quality", "charts-epochs", accuracyOnly(quality) ? "Accuracy" : "Precision, recall, mAP", false, { x: "Epoch", min: 0, max: 1 }),
+        chart("quality", "charts-epochs", qualityTitle(quality), false, { x: "Epoch", min: 0, max: 1 }),
         numbers,
         quality.map(function (key) { return { key: key, label: qualityLabel(key), data: values(key) }; })
+      );
+    }
+    if (errors.length) {
+      setSeries(
+        chart("depth-errors", "charts-epochs", "Depth error (lower is better)", false, axes),
+        numbers,
+        errors.map(function (key) { return { key: key, label: qualityLabel(key), data: values(key) }; })
       );
     }
     Object.keys(losses).sort().forEach(function (name) {

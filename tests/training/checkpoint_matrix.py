@@ -18,18 +18,31 @@ from pathlib import Path
 from training.weights_check import checkpoint_loading_restrict
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "datasets"
-TASKS = {  # task -> (dataset, YAML suffix)
+TASKS = {  # task -> (dataset, YAML suffix); None: tests/pixel_data.py draws it
     "detect": ("coco8", ""),
     "segment": ("coco8-seg", "-seg"),
     "classify": ("imagenet10", "-cls"),
     "pose": ("coco8-pose", "-pose"),
     "obb": ("dota8", "-obb"),
+    "semantic": (None, "-sem"),
+    "depth": (None, "-depth"),
 }
 FAMILIES = ("yolo26n", "yolo11n", "yolov8n")
+TASK_FAMILIES = {"semantic": ("yolo26n",), "depth": ("yolo26n",)}  # only YOLO26 has them
+
+
+def families(task: str) -> tuple[str, ...]:
+    return TASK_FAMILIES.get(task, FAMILIES)
+
+
 RESUMED = "yolo11n"  # the run that is interrupted after its first epoch and resumed
 
 
-def _data(work: Path, folder: str, task: str) -> Path:
+def _data(work: Path, folder: str | None, task: str) -> Path:
+    if folder is None:
+        from tests.pixel_data import pixel_folder_write
+
+        return pixel_folder_write(work / "data" / task, task=task)
     copy = work / "data" / folder
     shutil.copytree(SHARED / folder, copy)  # Ultralytics writes label caches beside the labels
     if task == "classify":
@@ -102,7 +115,7 @@ def main(work: Path) -> None:
     resume = None
     for task, (folder, suffix) in TASKS.items():
         data = _data(work, folder, task)
-        for family in FAMILIES:
+        for family in families(task):
             name = f"{family}{suffix}"
             if task == "detect" and family == RESUMED:
                 runs[name] = _train(name, data, work, epochs=2, stop_after=1)

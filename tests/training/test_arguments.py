@@ -395,7 +395,10 @@ def test_optimizer_is_spelled_as_ultralytics_does():
         ({"seed": 2**31}, "Seed must be 0 to 2147483647, not 2147483648."),
         ({"model_family": "yolov5"}, "Pick a model family: YOLO26, YOLO11 or YOLOv8."),
         ({"model_size": "q"}, "Pick a model size: n, s, m, l or x."),
-        ({"task": "depth"}, "Pick a task: detect, segment, pose, obb or classify."),
+        (
+            {"task": "keypoints"},
+            "Pick a task: detect, segment, pose, obb, classify, semantic or depth.",
+        ),
         ({"extra_args": {"mosaic": 1.5}}, "mosaic must be between 0.0 and 1.0, got 1.5."),
         ({"extra_args": {"data": "/etc"}}, "Kestrel sets data itself."),
     ],

@@ -74,6 +74,8 @@ TASK_SUFFIXES = {
     "pose": "-pose",
     "obb": "-obb",
     "classify": "-cls",
+    "semantic": "-sem",
+    "depth": "-depth",
 }
 
 EPOCHS_MAX = 10_000
@@ -452,6 +454,9 @@ class PretrainedWeights:
     path: Path  # where it is, or where a download puts it
     present: bool
     downloadable: bool
+    # Whether the installed Ultralytics builds this family for this task at all (YOLO11 has no
+    # semantic or depth model): weights of one it cannot build are neither offered nor fetched.
+    model_exists: bool = True
 
     @property
     def available(self) -> bool:
@@ -472,6 +477,8 @@ class PretrainedWeights:
         """Why these weights cannot be had ("" when they can)."""
         if self.available:
             return ""
+        if not self.model_exists:
+            return f"this Ultralytics has no {self.name.removesuffix('.pt')} model"
         return f"{self.name} is not in {self.folder} and downloads are off"
 
     @property
@@ -484,6 +491,8 @@ class PretrainedWeights:
                 f"{self.name} is downloaded from Ultralytics when the job starts; a worker "
                 "without internet access fails it at once"
             )
+        if not self.model_exists:
+            return f"{self.reason}: pick another model family"
         return (
             f"{self.reason} (TRAINING_ALLOW_DOWNLOADS): train from scratch, or ask whoever "
             f"runs this server to put {self.name} there"
@@ -493,13 +502,21 @@ class PretrainedWeights:
 def pretrained_weights_find(family: str, size: str, task: str) -> PretrainedWeights:
     name = f"{family}{size}{TASK_SUFFIXES[task]}.pt"
     path = Path(settings.TRAINING_WEIGHTS_DIR) / name
-    present = path.is_file()
+    exists = _model_yaml_exists(family, task)
+    present = exists and path.is_file()
     return PretrainedWeights(
         name=name,
         path=path,
         present=present,
-        downloadable=not present and bool(settings.TRAINING_ALLOW_DOWNLOADS),
+        downloadable=exists and not present and bool(settings.TRAINING_ALLOW_DOWNLOADS),
+        model_exists=exists,
     )
+
+
+@functools.cache
+def _model_yaml_exists(family: str, task: str) -> bool:
+    """A file check, no import: the form asks for every family and task."""
+    return _model_yaml_path(family, task).is_file()
 
 
 def pretrained_weights(family: str, size: str, task: str) -> PretrainedWeights:

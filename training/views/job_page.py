@@ -37,11 +37,25 @@ CLASSIFY_METRICS = [
     ("metrics/accuracy_top1", "Top-1 accuracy"),
     ("metrics/accuracy_top5", "Top-5 accuracy"),
 ]
+# Semantic segmentation (Ultralytics' SemanticMetrics) and depth (DepthMetrics): the headline
+# first. δn: the share of pixels whose predicted depth is within 1.25ⁿ of the truth (higher is
+# better); AbsRel, RMSE (metres) and SILog are errors (lower is better).
+PIXEL_METRICS = [
+    ("metrics/mIoU", "mIoU", ""),
+    ("metrics/pixel_acc", "Pixel accuracy", ""),
+    ("metrics/delta1", "δ1", "within 1.25×"),
+    ("metrics/delta2", "δ2", "within 1.25²×"),
+    ("metrics/delta3", "δ3", "within 1.25³×"),
+    ("metrics/abs_rel", "AbsRel", "lower is better"),
+    ("metrics/rmse", "RMSE", "metres, lower is better"),
+    ("metrics/silog", "SILog", "lower is better"),
+]
 
 
 def metric_groups(values: dict) -> dict:
     """An epoch's values as the page shows them: quality, losses (train and val), learning rates.
-    Only the keys present are shown, so each task shows its own (box, mask, pose, top-1)."""
+    Only the keys present are shown, so each task shows its own (box, mask, pose, top-1, mIoU,
+    δ1)."""
     quality = []
     for suffix, what in METRIC_SUFFIXES:
         for name, label in QUALITY_METRICS:
@@ -51,6 +65,9 @@ def metric_groups(values: dict) -> dict:
     for key, label in CLASSIFY_METRICS:
         if key in values:
             quality.append({"label": label, "what": "", "key": key, "value": values[key]})
+    for key, label, what in PIXEL_METRICS:
+        if key in values:
+            quality.append({"label": label, "what": what, "key": key, "value": values[key]})
     losses: dict[str, dict] = {}
     for key, value in values.items():
         split, _, name = key.partition("/")
