@@ -65,6 +65,9 @@ def _caller(
 def model_predict(request: HttpRequest, model_id: int):
     """Run a model of your workspace on one image: multipart `file` (or JSON base64 `image`),
     with `conf` (0.25), `iou` (0.7), `imgsz` (32–1280, default the model's) and `max_det`.
+    A semantic segmentation model answers each class's mask (RLE) and pixel share, and with
+    `mask=png` its class mask as one PNG too; a depth model a 16-bit PNG of metres × `scale`
+    with min, median and max (deploy.inference.formats).
     A public model (the demo) answers anyone signed in, from the browser session."""
     access, model = _caller(request, model_id, public=True)
     return predict_forward(

@@ -16,6 +16,7 @@ import httpx
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from datasets.models import Task
 from datasets.services.images import ImageRejected, image_check
 from deploy.fetch import FetchRefused, fetch_image
 from deploy.inference.tokens import inference_token
@@ -55,9 +56,11 @@ class Params:
     iou: float
     imgsz: int
     max_det: int
+    mask: str = ""  # "png": a semantic model's class mask as one PNG too
 
     def query(self) -> dict:
-        return {"conf": self.conf, "iou": self.iou, "imgsz": self.imgsz, "max_det": self.max_det}
+        query = {"conf": self.conf, "iou": self.iou, "imgsz": self.imgsz, "max_det": self.max_det}
+        return query | ({"mask": self.mask} if self.mask else {})
 
 
 def _number(raw, name: str, cast, low, high, default):
@@ -73,11 +76,19 @@ def _number(raw, name: str, cast, low, high, default):
 
 
 def params_parse(values, model: TrainedModel) -> Params:
+    mask = str(values.get("mask") or "").lower()
+    if mask not in ("", "rle", "png"):
+        raise PredictRefused(400, "mask must be rle or png.")
+    if mask == "png" and model.task != Task.SEMANTIC:
+        raise PredictRefused(
+            400, "mask=png is for semantic segmentation models; this one answers per object."
+        )
     return Params(
         conf=_number(values.get("conf"), "conf", float, 0.0001, 1.0, 0.25),
         iou=_number(values.get("iou"), "iou", float, 0.0001, 1.0, 0.7),
         imgsz=_number(values.get("imgsz"), "imgsz", int, *IMGSZ_RANGE, model.imgsz or 640),
         max_det=_number(values.get("max_det"), "max_det", int, 1, 1000, 300),
+        mask="png" if mask == "png" else "",
     )
 
 
@@ -156,9 +167,15 @@ def model_file(model: TrainedModel) -> tuple[str, str]:
     """The file a server loads (an ONNX export when there is one: ONNX Runtime is the faster
     runtime on a CPU) and its cache key. `model` comes from selectors.models_for_predict (found by
     workspaces.selectors.row_for_caller)."""
+    weights = (model.weights_sha256 or "pt")[:16]
+    # The weights' hash is in both keys: SQLite gives a deleted newest row's id to the next
+    # row, and a server must never answer with the model that id named before.
     if model.onnx_id is not None:
-        return str(model_local_path(model, model.onnx_key)), f"{model.pk}:onnx:{model.onnx_id}"
-    return str(model_local_path(model)), f"{model.pk}:{(model.weights_sha256 or 'pt')[:16]}"
+        return (
+            str(model_local_path(model, model.onnx_key)),
+            f"{model.pk}:onnx:{model.onnx_id}:{weights}",
+        )
+    return str(model_local_path(model)), f"{model.pk}:{weights}"
 
 
 def rate_limited(access: WorkspaceAccess, plan) -> None:

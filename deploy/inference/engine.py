@@ -30,7 +30,7 @@ from deploy.inference.inputs import InferenceError, OutputParams, PredictParams,
 
 logger = logging.getLogger("deploy.inference")
 
-TASKS = ("detect", "segment", "pose", "obb", "classify")
+TASKS = ("detect", "segment", "pose", "obb", "classify", "semantic", "depth")
 MODEL_SUFFIXES = (".pt", ".onnx")
 LATENCY_WINDOW = 1000
 STATS_MAX_MODELS = 256
@@ -250,7 +250,12 @@ class _Runner:
                 save=False,
             )
         return [
-            image_json(result, normalize=item.output.normalize, decimals=item.output.decimals)
+            image_json(
+                result,
+                normalize=item.output.normalize,
+                decimals=item.output.decimals,
+                mask_png=item.output.mask_png,
+            )
             for item, result in zip(items, results, strict=True)
         ]
 

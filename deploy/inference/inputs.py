@@ -35,6 +35,7 @@ class OutputParams:
 
     normalize: bool = False
     decimals: int = 5
+    mask_png: bool = False  # a semantic model's class mask as one PNG, besides each class's RLE
 
 
 def _number(query: dict[str, str], name: str, default: float) -> float:
@@ -73,9 +74,13 @@ def params_parse(query: dict[str, str]) -> tuple[PredictParams, OutputParams]:
     normalize = query.get("normalize", "false").lower()
     if normalize not in ("true", "false", "1", "0", ""):
         raise InferenceError(400, "normalize must be true or false.")
+    mask = query.get("mask", "").lower()
+    if mask not in ("", "rle", "png"):
+        raise InferenceError(400, "mask must be rle or png.")
     output = OutputParams(
         normalize=normalize in ("true", "1"),
         decimals=_integer(query, "decimals", OutputParams.decimals, 0, 10),
+        mask_png=mask == "png",
     )
     return predict, output
 

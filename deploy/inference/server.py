@@ -8,8 +8,9 @@ Routes (JSON; errors are {"detail": "..."}, never a traceback):
   GET  /stats    auth. requests, errors, error_rate, p50_ms, p95_ms of the whole process, then
                  per model key: requests, errors, images, batches, p50_ms, p95_ms.
   POST /predict  auth. Body: the image's bytes. Query: conf, iou, imgsz, max_det (and the
-                 Platform's normalize, decimals). Headers: X-Model-Path (absolute .pt/.onnx),
-                 X-Model-Key (cache key), X-Model-Name (shown in the answer; may be
+                 Platform's normalize, decimals; mask=png for a semantic model's class mask
+                 as one PNG besides its RLE, see formats). Headers: X-Model-Path (absolute
+                 .pt/.onnx), X-Model-Key (cache key), X-Model-Name (shown in the answer; may be
                  percent-encoded), optional X-Model-Task (needed for an .onnx without metadata).
                  400 bad parameters or image, 401 bad token, 404 model file missing, 413 body
                  too large, 500 the model cannot be loaded or fails to predict.
@@ -209,7 +210,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model-path", help="load this model at start (a dedicated endpoint)")
     parser.add_argument("--model-key", help="its X-Model-Key")
     parser.add_argument("--model-name", default="")
-    parser.add_argument("--model-task", help="detect, segment, pose, obb or classify")
+    parser.add_argument(
+        "--model-task", help="detect, segment, pose, obb, classify, semantic or depth"
+    )
     return parser.parse_args(argv)
 
 

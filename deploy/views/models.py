@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
-from datasets.models import Task
+from datasets.models import PIXEL_TASKS, Task
 from deploy.models import Deployment
 from deploy.selectors import model_public_samples, models_for_table
 from deploy.services import model_delete
@@ -90,7 +90,18 @@ def model_list(request: HtmxHttpRequest, access: WorkspaceAccess) -> HttpRespons
     )
 
 
-def _snippets(predict_url: str) -> dict[str, str]:
+# What the Python snippet prints of an answer, per kind of model.
+_SNIPPET_PRINTS = {
+    Task.SEMANTIC: """for result in response.json()["images"][0]["results"]:
+    print(result["name"], f"{result['pixel_share']:.1%} of the pixels")""",
+    Task.DEPTH: """depth = response.json()["images"][0]["depth"]
+print(f"{depth['min']:.2f} m to {depth['max']:.2f} m, median {depth['median']:.2f} m")""",
+}
+_SNIPPET_PRINT_OBJECTS = """for result in response.json()["images"][0]["results"]:
+    print(result["name"], round(result["confidence"], 2), result.get("box"))"""
+
+
+def _snippets(predict_url: str, task: str = "") -> dict[str, str]:
     curl = (
         f"curl -X POST {predict_url} \\\n"
         '  -H "Authorization: Bearer $KESTREL_API_KEY" \\\n'
@@ -109,8 +120,7 @@ response = requests.post(
     timeout=60,
 )
 response.raise_for_status()
-for result in response.json()["images"][0]["results"]:
-    print(result["name"], round(result["confidence"], 2), result.get("box"))"""
+{_SNIPPET_PRINTS.get(task, _SNIPPET_PRINT_OBJECTS)}"""
     return {"curl": curl, "python": python}
 
 
@@ -123,7 +133,8 @@ def try_context(request: HtmxHttpRequest, model) -> dict:
         "model": model,
         "predict_path": predict_path,
         "predict_url": predict_url,
-        "snippets": _snippets(predict_url),
+        "snippets": _snippets(predict_url, model.task),
+        "pixel_task": model.task in PIXEL_TASKS,
         "image_sizes": sorted({*TRY_IMAGE_SIZES, model.imgsz}),
         "samples": model_public_samples(model=model),
     }

@@ -1,7 +1,10 @@
 // The try-it page: an image dropped or picked is sent once to the model's predict API with the
 // browser session and a low confidence; what comes back is drawn over the image on a canvas,
 // and the threshold slider filters it here, without a new request. The image is read as a
-// data: URL (the content security policy allows no blob: images).
+// data: URL (the content security policy allows no blob: images). Semantic segmentation is
+// drawn from each class's RLE mask as a colour per class, with a legend of pixel shares; depth
+// from its 16-bit PNG (decoded here: a canvas would keep only 8 of its bits) as a colour map,
+// with min/median/max and the depth under the cursor in metres.
 (function () {
   "use strict";
 
@@ -19,6 +22,8 @@
   var KEYPOINT_VISIBLE = 0.5;
   var MAX_CANVAS_SIDE = 2048;
   var MASK_ALPHA = 0.45;
+  var DEPTH_ALPHA = 0.7;
+  var PIXEL_TASKS = { semantic: true, depth: true };
 
   var root = document.querySelector("[data-try]");
   if (!root) return;
@@ -36,6 +41,8 @@
   var countLine = $("try-count");
   var list = $("try-results");
   var speedLine = $("try-speed");
+  var depthReadout = $("try-depth-readout");
+  var depthScale = $("try-depth-scale");
 
   var predictUrl = root.dataset.predictUrl;
   var task = root.dataset.task;
@@ -59,6 +66,7 @@
     ok: false, // the last answer was a success
     error: "",
     requests: 0,
+    pixel: null, // semantic or depth: {kind, layer (a canvas at the answer's size), ...}
   };
 
   function cookie(name) {
@@ -100,6 +108,7 @@
         state.image = img;
         state.results = [];
         state.shape = null;
+        state.pixel = null;
         draw();
         predict();
       };
@@ -203,6 +212,7 @@
         if (!answer.response.ok) {
           // What an earlier image or size found is not shown as if it were this answer.
           state.results = [];
+          state.pixel = null;
           speedLine.textContent = "";
           state.ok = false;
           draw();
@@ -216,10 +226,12 @@
           showError("The answer held no image results.");
           return;
         }
-        state.ok = true;
-        state.results = (image.results || []).filter(function (r) { return typeof r.confidence === "number"; });
         state.shape = image.shape || null;
         showSpeed(image.speed || {}, performance.now() - started);
+        if (PIXEL_TASKS[task]) return pixelTake(image);
+        state.ok = true;
+        state.pixel = null;
+        state.results = (image.results || []).filter(function (r) { return typeof r.confidence === "number"; });
         setStatus("");
         draw();
       })
@@ -227,6 +239,7 @@
         if (window.console) console.error(err);
         state.ok = false;
         state.results = [];
+        state.pixel = null;
         showError("Could not reach Kestrel: check your connection and try again.");
       })
       .then(function () {
@@ -242,6 +255,269 @@
     });
     parts.push("round trip " + Math.round(roundTrip) + " ms");
     speedLine.textContent = parts.join(" · ");
+  }
+
+  // --- per-pixel answers (semantic segmentation, depth) ---------------------------------------
+
+  // A semantic answer: one row per class present, its mask as COCO's uncompressed RLE (runs
+  // down the columns, starting with a run of 0s). Every class is painted on one layer at the
+  // answer's size, which draw() lays over the photo.
+  function semanticLayer(rows, shape) {
+    var h = shape[0];
+    var w = shape[1];
+    var layer = document.createElement("canvas");
+    layer.width = w;
+    layer.height = h;
+    var lctx = layer.getContext("2d");
+    var pixels = lctx.createImageData(w, h);
+    var data = pixels.data;
+    rows.forEach(function (r) {
+      var counts = (r.mask && r.mask.counts) || [];
+      var hex = colour(r);
+      var red = parseInt(hex.slice(1, 3), 16);
+      var green = parseInt(hex.slice(3, 5), 16);
+      var blue = parseInt(hex.slice(5, 7), 16);
+      var p = 0;
+      for (var i = 0; i < counts.length; i++) {
+        if (i % 2 === 1) {
+          for (var q = p; q < p + counts[i]; q++) {
+            var o = ((q % h) * w + Math.floor(q / h)) * 4;
+            data[o] = red;
+            data[o + 1] = green;
+            data[o + 2] = blue;
+            data[o + 3] = 255;
+          }
+        }
+        p += counts[i];
+      }
+    });
+    lctx.putImageData(pixels, 0, 0);
+    return layer;
+  }
+
+  function base64Bytes(text) {
+    var raw = atob(text);
+    var bytes = new Uint8Array(raw.length);
+    for (var i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    return bytes;
+  }
+
+  // A greyscale, non-interlaced PNG of 8 or 16 bits (what the model server writes) into its
+  // values, with the browser's own zlib (DecompressionStream).
+  function pngDecode(bytes) {
+    var view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    var pos = 8;
+    var width = 0;
+    var height = 0;
+    var bits = 0;
+    var parts = [];
+    while (pos + 8 <= bytes.length) {
+      var length = view.getUint32(pos);
+      var type = String.fromCharCode(bytes[pos + 4], bytes[pos + 5], bytes[pos + 6], bytes[pos + 7]);
+      var body = bytes.subarray(pos + 8, pos + 8 + length);
+      if (type === "IHDR") {
+        width = view.getUint32(pos + 8);
+        height = view.getUint32(pos + 12);
+        bits = body[8];
+        if (body[9] !== 0 || body[12] !== 0 || (bits !== 8 && bits !== 16)) {
+          return Promise.reject(new Error("not an 8- or 16-bit greyscale PNG"));
+        }
+      } else if (type === "IDAT") {
+        parts.push(body);
+      } else if (type === "IEND") {
+        break;
+      }
+      pos += 12 + length;
+    }
+    var stream = new Blob(parts).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Response(stream).arrayBuffer().then(function (buffer) {
+      var raw = new Uint8Array(buffer);
+      var bpp = bits / 8;
+      var stride = width * bpp;
+      var rows = new Uint8Array(stride * height);
+      for (var y = 0; y < height; y++) {
+        var filter = raw[y * (stride + 1)];
+        var src = y * (stride + 1) + 1;
+        var dst = y * stride;
+        for (var x = 0; x < stride; x++) {
+          var a = x >= bpp ? rows[dst + x - bpp] : 0;
+          var b = y > 0 ? rows[dst - stride + x] : 0;
+          var c = x >= bpp && y > 0 ? rows[dst - stride + x - bpp] : 0;
+          var v = raw[src + x];
+          if (filter === 1) v += a;
+          else if (filter === 2) v += b;
+          else if (filter === 3) v += (a + b) >> 1;
+          else if (filter === 4) {
+            var pa = Math.abs(b - c);
+            var pb = Math.abs(a - c);
+            var pc = Math.abs(a + b - 2 * c);
+            v += pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+          }
+          rows[dst + x] = v & 255;
+        }
+      }
+      var values = bits === 16 ? new Uint16Array(width * height) : rows;
+      if (bits === 16) for (var i = 0; i < values.length; i++) values[i] = (rows[2 * i] << 8) | rows[2 * i + 1];
+      return { width: width, height: height, values: values };
+    });
+  }
+
+  // Turbo (Google's polynomial fit), t in 0..1: what the dataset pages draw depth with.
+  function turbo(t) {
+    var r = 0.13572138 + t * (4.6153926 + t * (-42.66032258 + t * (132.13108234 + t * (-152.94239396 + t * 59.28637943))));
+    var g = 0.09140261 + t * (2.19418839 + t * (4.84296658 + t * (-14.18503333 + t * (4.27729857 + t * 2.82956604))));
+    var b = 0.1066733 + t * (12.64194608 + t * (-60.58204836 + t * (110.36276771 + t * (-89.90310912 + t * 27.34824973))));
+    var clamp = function (x) { return Math.max(0, Math.min(255, Math.round(x * 255))); };
+    return [clamp(r), clamp(g), clamp(b)];
+  }
+
+  // Near is warm, far is cool; no reading is transparent.
+  function depthLayer(decoded, scale) {
+    var layer = document.createElement("canvas");
+    layer.width = decoded.width;
+    layer.height = decoded.height;
+    var lctx = layer.getContext("2d");
+    var pixels = lctx.createImageData(decoded.width, decoded.height);
+    var values = decoded.values;
+    var lo = Infinity;
+    var hi = -Infinity;
+    for (var i = 0; i < values.length; i++) {
+      if (!values[i]) continue;
+      if (values[i] < lo) lo = values[i];
+      if (values[i] > hi) hi = values[i];
+    }
+    var span = Math.max(hi - lo, 1);
+    for (var j = 0; j < values.length; j++) {
+      if (!values[j]) continue;
+      var rgb = turbo(1 - (values[j] - lo) / span);
+      pixels.data[4 * j] = rgb[0];
+      pixels.data[4 * j + 1] = rgb[1];
+      pixels.data[4 * j + 2] = rgb[2];
+      pixels.data[4 * j + 3] = 255;
+    }
+    lctx.putImageData(pixels, 0, 0);
+    return layer;
+  }
+
+  function pixelTake(image) {
+    var shape = image.shape || [state.image.naturalHeight, state.image.naturalWidth];
+    if (task === "semantic") {
+      var rows = (image.results || []).filter(function (r) { return r.mask && r.mask.counts; });
+      state.results = rows;
+      state.pixel = { kind: "semantic", rows: rows, layer: semanticLayer(rows, shape) };
+      state.ok = true;
+      setStatus("");
+      draw();
+      return;
+    }
+    var depth = image.depth;
+    if (!depth || !depth.data) {
+      showError("The answer held no depth map.");
+      return;
+    }
+    return pngDecode(base64Bytes(depth.data)).then(
+      function (decoded) {
+        state.results = [];
+        state.pixel = {
+          kind: "depth",
+          depth: depth,
+          values: decoded.values,
+          width: decoded.width,
+          height: decoded.height,
+          layer: depthLayer(decoded, depth.scale),
+        };
+        state.ok = true;
+        setStatus("");
+        draw();
+      },
+      function (err) {
+        if (window.console) console.error(err);
+        showError("This browser could not read the depth map (" + err.message + ").");
+      }
+    );
+  }
+
+  // Metres at a point of the canvas, or null where there is no reading.
+  function depthAt(cx, cy) {
+    var px = state.pixel;
+    if (!px || px.kind !== "depth") return null;
+    var x = Math.floor((cx / canvas.width) * px.width);
+    var y = Math.floor((cy / canvas.height) * px.height);
+    if (x < 0 || y < 0 || x >= px.width || y >= px.height) return null;
+    var value = px.values[y * px.width + x];
+    return value ? value / px.depth.scale : null;
+  }
+
+  function metres(value) {
+    return typeof value === "number" ? value.toFixed(value < 10 ? 2 : 1) + " m" : "—";
+  }
+
+  function depthLegend() {
+    var px = state.pixel;
+    depthScale.hidden = !(px && px.kind === "depth");
+    if (depthScale.hidden) {
+      depthReadout.textContent = "";
+      return;
+    }
+    var stops = [];
+    for (var i = 0; i <= 10; i++) {
+      var rgb = turbo(1 - i / 10);
+      stops.push("rgb(" + rgb.join(",") + ") " + i * 10 + "%");
+    }
+    depthScale.querySelector(".ramp").style.background = "linear-gradient(to right, " + stops.join(", ") + ")";
+    depthScale.querySelector(".near").textContent = metres(px.depth.min);
+    depthScale.querySelector(".far").textContent = metres(px.depth.max);
+    if (!depthReadout.textContent) depthReadout.textContent = "Point at the image to read its depth.";
+  }
+
+  function legendRow(swatchColour, name, value, share) {
+    var li = document.createElement("li");
+    var swatch = document.createElement("span");
+    swatch.className = "swatch";
+    if (swatchColour) swatch.style.backgroundColor = swatchColour;
+    var label = document.createElement("span");
+    label.className = "name";
+    label.textContent = name;
+    var figure = document.createElement("span");
+    figure.className = "conf";
+    figure.textContent = value;
+    li.append(swatch, label, figure);
+    if (typeof share === "number") {
+      var bar = document.createElement("span");
+      bar.className = "bar";
+      var fill = document.createElement("span");
+      fill.style.width = Math.round(share * 100) + "%";
+      fill.style.backgroundColor = swatchColour;
+      bar.appendChild(fill);
+      li.appendChild(bar);
+    }
+    return li;
+  }
+
+  function renderPixelLegend() {
+    list.textContent = "";
+    var px = state.pixel;
+    depthLegend();
+    if (!px) {
+      countLine.textContent = "";
+      return;
+    }
+    if (px.kind === "semantic") {
+      var rows = px.rows.slice().sort(function (a, b) { return b.pixel_share - a.pixel_share; });
+      countLine.textContent = rows.length
+        ? rows.length + " class" + (rows.length === 1 ? "" : "es") + " in the image, by share of its pixels:"
+        : "No class found in any pixel.";
+      rows.forEach(function (r) {
+        var percent = (r.pixel_share * 100).toFixed(r.pixel_share < 0.1 ? 1 : 0) + " %";
+        list.appendChild(legendRow(colour(r), r.name || "class " + r["class"], percent, r.pixel_share));
+      });
+      return;
+    }
+    var d = px.depth;
+    countLine.textContent = d.min === null ? "No pixel has a depth reading." : "Depth in metres:";
+    list.appendChild(legendRow(null, "nearest", metres(d.min)));
+    list.appendChild(legendRow(null, "median", metres(d.median)));
+    list.appendChild(legendRow(null, "farthest", metres(d.max)));
   }
 
   // --- drawing -------------------------------------------------------------------------------
@@ -377,6 +653,18 @@
     var side = Math.max(canvas.width, canvas.height);
     var line = Math.max(2, Math.round(side / 240));
     var font = Math.max(12, Math.round(side / 45));
+    if (PIXEL_TASKS[task]) {
+      if (state.pixel) {
+        ctx.globalAlpha = state.pixel.kind === "depth" ? DEPTH_ALPHA : MASK_ALPHA;
+        ctx.imageSmoothingEnabled = state.pixel.kind === "depth"; // class edges stay sharp
+        ctx.drawImage(state.pixel.layer, 0, 0, canvas.width, canvas.height);
+        ctx.globalAlpha = 1;
+        ctx.imageSmoothingEnabled = true;
+      }
+      state.shown = state.pixel && state.pixel.kind === "semantic" ? state.pixel.rows.length : 0;
+      renderPixelLegend();
+      return;
+    }
     var shown = visible();
     var boxed = shown.filter(function (r) { return r.box || r.segments || r.keypoints; });
     // Largest first, so small objects' outlines and labels stay on top.
@@ -496,6 +784,16 @@
     sliderValue.textContent = threshold().toFixed(2);
     draw();
   });
+  function pointAt(e) {
+    var rect = canvas.getBoundingClientRect();
+    return [((e.clientX - rect.left) / rect.width) * canvas.width, ((e.clientY - rect.top) / rect.height) * canvas.height];
+  }
+  canvas.addEventListener("mousemove", function (e) {
+    if (!state.pixel || state.pixel.kind !== "depth") return;
+    var point = pointAt(e);
+    var value = depthAt(point[0], point[1]);
+    depthReadout.textContent = value === null ? "No depth reading here." : "Depth here: " + metres(value);
+  });
 
   // --- copying the snippets ------------------------------------------------------------------
 
@@ -549,5 +847,21 @@
     threshold: threshold,
     error: function () { return state.error; },
     requests: function () { return state.requests; },
+    // Per-pixel answers: the legend's rows, the depth (m) at a point of the answer's image.
+    classShares: function () {
+      return state.pixel && state.pixel.kind === "semantic"
+        ? state.pixel.rows.map(function (r) { return { name: r.name, share: r.pixel_share }; })
+        : [];
+    },
+    depthAt: function (x, y) {
+      var px = state.pixel;
+      if (!px || px.kind !== "depth") return null;
+      return depthAt(((x + 0.5) / px.width) * canvas.width, ((y + 0.5) / px.height) * canvas.height);
+    },
+    depthFigures: function () {
+      var px = state.pixel;
+      return px && px.kind === "depth" ? { min: px.depth.min, median: px.depth.median, max: px.depth.max } : null;
+    },
+    overlaid: function () { return !!state.pixel; },
   };
 })();
