@@ -18,6 +18,10 @@ class DatasetIn(Schema):
     task: Task = Task.DETECT
     classes: list[str] = Field(default_factory=list, max_length=10_000)
     description: str = Field("", max_length=10_000)
+    depth_scale: float | None = Field(
+        None,
+        description="Depth datasets: the 16-bit PNG value of one metre (default 1000: mm).",
+    )
     workspace: str | None = Field(
         None, description="Workspace slug; optional with an API key (the key's workspace)."
     )
@@ -28,6 +32,7 @@ class DatasetOut(Schema):
     workspace: str
     name: str
     task: str
+    depth_scale: float | None
     description: str
     is_public: bool
     classes: list[str]
@@ -44,6 +49,7 @@ def dataset_out(dataset) -> DatasetOut:
         workspace=dataset.workspace.slug,
         name=dataset.name,
         task=dataset.task,
+        depth_scale=dataset.depth_scale,
         description=dataset.description,
         is_public=dataset.is_public,
         classes=[c.name for c in classes],
@@ -68,6 +74,7 @@ def dataset_create(request: HttpRequest, payload: DatasetIn):
         task=payload.task,
         class_names=services.class_names_parse("\n".join(payload.classes)),
         description=payload.description,
+        depth_scale=payload.depth_scale,
     )
     return Status(201, dataset_out(dataset))
 

@@ -58,3 +58,15 @@ def uploads_expire_stale_task(**kwargs) -> int:
     from datasets.services.uploads import uploads_expire_stale
 
     return uploads_expire_stale()
+
+
+@shared_task(
+    name="datasets.semantic_convert", acks_late=True, soft_time_limit=3600, time_limit=3700
+)
+def semantic_convert_task(source_id: int, target_id: int, **kwargs) -> int:
+    """Draw the masks of a semantic dataset made from a segment one. Idempotent: images that
+    have their mask are left alone."""
+    _log_unexpected("datasets.semantic_convert", kwargs)
+    from datasets.services.semantic_convert import semantic_convert_run
+
+    return semantic_convert_run(source_id=source_id, target_id=target_id)

@@ -11,6 +11,7 @@ urlpatterns = [
     path(D, datasets.dataset_detail, name="dataset_detail"),
     path(D + "edit/", datasets.dataset_edit, name="dataset_edit"),
     path(D + "delete/", datasets.dataset_delete, name="dataset_delete"),
+    path(D + "semantic/", datasets.dataset_semantic_convert, name="dataset_semantic_convert"),
     # uploads
     path(D + "upload/", uploads.upload_page, name="upload_page"),
     path(D + "uploads/", uploads.upload_create, name="upload_create"),
@@ -33,6 +34,7 @@ urlpatterns = [
     path(D + "images/<int:image_pk>/", gallery.image_detail, name="dataset_image_detail"),
     path(D + "images/<int:image_pk>/file/", gallery.image_file, name="dataset_image_file"),
     path(D + "images/<int:image_pk>/thumb/", gallery.image_thumb, name="dataset_image_thumb"),
+    path(D + "images/<int:image_pk>/overlay/", gallery.image_overlay, name="dataset_image_overlay"),
     path(D + "split/", gallery.dataset_split_auto, name="dataset_split_auto"),
     path(D + "classes/", gallery.dataset_classes, name="dataset_classes"),
     path(D + "classes/add/", gallery.dataset_class_add, name="dataset_class_add"),

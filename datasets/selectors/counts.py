@@ -9,7 +9,16 @@ it was.
 
 from django.db.models import IntegerField, OuterRef, Subquery
 
-from datasets.models import Dataset, DatasetClass, Image, Label, LabelStatus, Split
+from datasets.models import (
+    Dataset,
+    DatasetClass,
+    Image,
+    Label,
+    LabelStatus,
+    PixelMap,
+    Split,
+    Task,
+)
 from datasets.selectors.gallery import EXACT_COUNT_MAX, ImageCount, image_count
 
 
@@ -40,7 +49,10 @@ def class_label_counts(*, dataset: Dataset, images: bool = False) -> list[Datase
     """The dataset's classes in index order, each with `label_count` (an ImageCount of its
     labels) and `label_total` (its value); with `images`, `image_count` and `image_total`
     of the images it labels, past the cap only "more than" (no statistics say how many
-    distinct images a class's labels are on). One query counts every class up to the cap."""
+    distinct images a class's labels are on). One query counts every class up to the cap.
+    A semantic dataset has no label rows: a class's "labels" are the masks it occurs in."""
+    if dataset.task == Task.SEMANTIC:
+        return _mask_class_counts(dataset=dataset, images=images)
     labels = Label.objects.filter(dataset_class=OuterRef("pk")).order_by()
     cap = EXACT_COUNT_MAX + 1
     annotations = {"capped_labels": _CountOf(labels.values("pk")[:cap])}
@@ -60,5 +72,24 @@ def class_label_counts(*, dataset: Dataset, images: bool = False) -> list[Datase
                 if counted <= EXACT_COUNT_MAX
                 else ImageCount(EXACT_COUNT_MAX, exact=False, more_than=True)
             )
+            dataset_class.image_count, dataset_class.image_total = count, count.value
+    return classes
+
+
+def _mask_class_counts(*, dataset: Dataset, images: bool) -> list[DatasetClass]:
+    """Each class with the masks that contain it (PixelMap.stats has a key per class present),
+    counted up to the cap: one query per class, and semantic datasets have a few classes."""
+    maps = PixelMap.objects.filter(image__dataset=dataset).order_by().values("pk")
+    classes = list(dataset.classes.order_by("index"))
+    for dataset_class in classes:
+        counted = maps.filter(stats__has_key=str(dataset_class.index))[: EXACT_COUNT_MAX + 1]
+        n = counted.count()
+        count = (
+            ImageCount(n, exact=True)
+            if n <= EXACT_COUNT_MAX
+            else ImageCount(EXACT_COUNT_MAX, exact=False, more_than=True)
+        )
+        dataset_class.label_count, dataset_class.label_total = count, count.value
+        if images:
             dataset_class.image_count, dataset_class.image_total = count, count.value
     return classes

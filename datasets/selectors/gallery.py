@@ -15,6 +15,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from datasets.models import (
+    PIXEL_TASKS,
     Dataset,
     DatasetClass,
     HealthFinding,
@@ -23,6 +24,7 @@ from datasets.models import (
     LabelKind,
     LabelStatus,
     Split,
+    Task,
 )
 
 PAGE_SIZE = 60
@@ -75,12 +77,15 @@ class GalleryFilter:
     problems: bool = False
     problem: int | None = None  # one health finding: only the images it names
     status: str = ""  # a LabelStatus value, or "" for all
+    mask: str = ""  # semantic / depth: "yes" (has its map), "no", or "" for both
 
     @classmethod
     def from_query(cls, params: Mapping) -> "GalleryFilter":
         split = params.get("split", "")
         labelled = params.get("labelled", "")
+        mask = params.get("mask", "")
         return cls(
+            mask=mask if mask in ("yes", "no") else "",
             split=split if split in Split.values else "",
             class_id=_positive_int(params.get("class")),
             labelled=labelled if labelled in ("yes", "no") else "",
@@ -103,6 +108,8 @@ class GalleryFilter:
             out["problem"] = str(self.problem)
         if self.status:
             out["status"] = self.status
+        if self.mask:
+            out["mask"] = self.mask
         return out
 
     @property
@@ -123,6 +130,7 @@ class GalleryFilter:
             bool(self.split or self.status),
             bool(self.class_id),
             bool(self.labelled),
+            bool(self.mask),
             bool(self.problems),
             bool(self.problem),
         ]
@@ -139,11 +147,27 @@ class GalleryFilter:
         """The images that pass the filter, with ids in (id_gt, id_lt) when given."""
         return self.keyset(dataset=dataset)(queryset, id_gt=id_gt, id_lt=id_lt)
 
-    def keyset(self, *, dataset: Dataset) -> Callable[..., QuerySet[Image]]:
+    def keyset(
+        self, *, dataset: Dataset, classes: dict[int, DatasetClass] | None = None
+    ) -> Callable[..., QuerySet[Image]]:
         """apply() for the several bounded queries of one page, the findings read once. A
         keyset bound goes into the class's labels too, so the (class, image) index is read
-        from the page on instead of from the class's first image."""
+        from the page on instead of from the class's first image. A semantic dataset has no
+        label rows: there a class matches the masks it occurs in (PixelMap.stats' keys);
+        `classes` (by id), when the caller has them, saves looking the class's index up."""
         problems = problem_image_ids(dataset=dataset) if self.problems else None
+        mask_class = None
+        if self.class_id and dataset.task == Task.SEMANTIC:
+            if classes is not None:
+                found = classes.get(self.class_id)
+                mask_class = str(found.index) if found else ""
+            else:
+                index = (
+                    DatasetClass.objects.filter(dataset=dataset, pk=self.class_id)
+                    .values_list("index", flat=True)
+                    .first()
+                )
+                mask_class = "" if index is None else str(index)
         one_finding = (
             problem_image_ids(dataset=dataset, finding_id=self.problem) if self.problem else None
         )
@@ -157,7 +181,11 @@ class GalleryFilter:
                 queryset = queryset.filter(pk__lt=id_lt)
             if self.split:
                 queryset = queryset.filter(split=self.split)
-            if self.class_id:
+            if mask_class is not None:
+                if not mask_class:  # not a class of this dataset: nothing matches
+                    return queryset.none()
+                queryset = queryset.filter(pixel_map__stats__has_key=mask_class)
+            elif self.class_id:
                 # A semi-join on the class's labels, read from the (class, image) index in
                 # image order: a page reads about a page of them, wherever it is.
                 labels = Label.objects.filter(dataset_class_id=self.class_id)
@@ -172,6 +200,8 @@ class GalleryFilter:
                 queryset = queryset.filter(label_count=0)
             if self.status:
                 queryset = queryset.filter(status=self.status)
+            if self.mask:
+                queryset = queryset.filter(pixel_map__isnull=self.mask == "no")
             if problems is not None:
                 queryset = queryset.filter(pk__in=problems)
             if one_finding is not None:
@@ -428,8 +458,17 @@ def _decorate(
         ]
         image.display_name = filename_display(image.filename)
         image.tile_w, image.tile_h = fit(image.blob, TILE_PX)
+        image.mask_sha = _mask_sha(image) if dataset.task in PIXEL_TASKS else None
         out.append(image)
     return out
+
+
+def _mask_sha(image: Image) -> str | None:
+    """The image's map's blob hash when it has one (loaded with select_related)."""
+    try:
+        return image.pixel_map.blob.sha256
+    except Image.pixel_map.RelatedObjectDoesNotExist:
+        return None
 
 
 def fit(blob, box: int) -> tuple[int, int]:
@@ -457,13 +496,15 @@ def gallery_page(
     about a page of rows read wherever the page is (see GalleryFilter.apply, image_count)."""
     classes = dataset_classes(dataset=dataset) if classes is None else classes
     base = Image.objects.filter(dataset=dataset)
-    bounded = flt.keyset(dataset=dataset)
+    bounded = flt.keyset(dataset=dataset, classes=classes)
+    # A mask or depth map is one join more on the page's own query, never a query per tile.
+    related = ("blob", "pixel_map__blob") if dataset.task in PIXEL_TASKS else ("blob",)
 
     def matching(**bounds) -> QuerySet[Image]:
         return bounded(base, **bounds)
 
     def rows(**bounds) -> QuerySet[Image]:
-        return matching(**bounds).select_related("blob").prefetch_related(_label_prefetch())
+        return matching(**bounds).select_related(*related).prefetch_related(_label_prefetch())
 
     if before is not None:
         images = list(rows(id_lt=before).order_by("-pk")[: size + 1])
@@ -487,15 +528,16 @@ def gallery_page(
 def image_detail(*, dataset: Dataset, image: Image, flt: GalleryFilter) -> dict:
     """One image with its shapes and labels, and its neighbours within the same filter."""
     classes = dataset_classes(dataset=dataset)
+    related = ("blob", "pixel_map__blob") if dataset.task in PIXEL_TASKS else ("blob",)
     image = (
         Image.objects.filter(pk=image.pk)
-        .select_related("blob")
+        .select_related(*related)
         .prefetch_related(_label_prefetch())
         .get()
     )
     _decorate([image], classes, dataset)
     base = Image.objects.filter(dataset=dataset)
-    bounded = flt.keyset(dataset=dataset)
+    bounded = flt.keyset(dataset=dataset, classes=classes)
     previous = bounded(base, id_lt=image.pk).order_by("-pk").values_list("pk", flat=True)
     following = bounded(base, id_gt=image.pk).order_by("pk").values_list("pk", flat=True)
     labels = [

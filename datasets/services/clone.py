@@ -1,7 +1,8 @@
 """Clone a dataset into a workspace: rows are copied inside the database, image bytes never.
 
-Images and labels are copied with INSERT ... SELECT, so a clone costs four statements whatever
-its size, and both datasets point at the same content-addressed Blob rows.
+Images, labels and pixel maps (masks, depth maps) are copied with INSERT ... SELECT, so a clone
+costs five statements whatever its size, and both datasets point at the same content-addressed
+Blob rows.
 """
 
 from django.db import IntegrityError, connection, transaction
@@ -10,7 +11,7 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from core.errors import ServiceError
-from datasets.models import Dataset, DatasetClass, Image, Label
+from datasets.models import Dataset, DatasetClass, Image, Label, PixelMap
 from workspaces.models import Role, User, Workspace
 from workspaces.permissions import PERM_REQUIRED_ROLE, ROLE_RANK, Perm
 from workspaces.selectors import WorkspaceAccess
@@ -126,25 +127,36 @@ def _copy_rows(*, source: Dataset, target: Dataset) -> None:
     # more); SQLite runs it as a nested loop (55 s), so there a dataset without copies pairs
     # its images by blob instead, as unique then as the position.
     cols, vals = _insert_select(Label, "ol", {"image_id": "ni.id", "dataset_class_id": "nc.id"})
-    if connection.vendor != "sqlite" or _has_copies(source):
-        numbered = (
-            f"SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n FROM {image} WHERE dataset_id = "  # noqa: S608
-        )
-        pair = (
-            f"JOIN ({numbered}%(source)s) oi ON oi.id = ol.image_id "
-            f"JOIN ({numbered}%(target)s) ni ON ni.n = oi.n "
-        )
-    else:
-        pair = (
-            f"JOIN {image} oi ON oi.id = ol.image_id AND oi.dataset_id = %(source)s "
+    by_position = connection.vendor != "sqlite" or _has_copies(source)
+
+    def pair(alias: str) -> str:
+        """The join from rows of `alias` (on a source image) to the copy of their image."""
+        if by_position:
+            numbered = (
+                f"SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n FROM {image} WHERE dataset_id = "  # noqa: S608
+            )
+            return (
+                f"JOIN ({numbered}%(source)s) oi ON oi.id = {alias}.image_id "
+                f"JOIN ({numbered}%(target)s) ni ON ni.n = oi.n "
+            )
+        return (
+            f"JOIN {image} oi ON oi.id = {alias}.image_id AND oi.dataset_id = %(source)s "
             f"JOIN {image} ni ON ni.dataset_id = %(target)s AND ni.blob_id = oi.blob_id "
         )
+
     statements.append(
         f"INSERT INTO {label} ({cols}) SELECT {vals} FROM {label} ol "  # noqa: S608
-        f"{pair}"
+        f"{pair('ol')}"
         f"JOIN {klass} oc ON oc.id = ol.dataset_class_id "
         f"JOIN {klass} nc ON nc.dataset_id = %(target)s AND nc.{index} = oc.{index} "
         "ORDER BY ol.id"
+    )
+    # Semantic masks and depth maps: each image's map row, sharing its content-addressed blob.
+    pixel_map = _q(PixelMap._meta.db_table)
+    cols, vals = _insert_select(PixelMap, "op", {"image_id": "ni.id"})
+    statements.append(
+        f"INSERT INTO {pixel_map} ({cols}) SELECT {vals} FROM {pixel_map} op "  # noqa: S608
+        f"{pair('op')}ORDER BY op.id"
     )
     with connection.cursor() as cursor:
         for sql in statements:
@@ -170,6 +182,7 @@ def dataset_clone(*, access: WorkspaceAccess, source: Dataset, name: str | None 
         description=source.description,
         task=source.task,
         keypoint_shape=source.keypoint_shape,
+        depth_scale=source.depth_scale,
         is_public=False,
         cloned_from=source,
         created_by=access.user,

@@ -311,6 +311,13 @@ def _coco_documents(manifest: dict, names: list[str]) -> Iterator[tuple[str, dic
 
 
 def _coco_write(zf: zipfile.ZipFile, manifest: dict) -> None:
+    if manifest["task"] in PIXEL_TASKS:
+        what = "depth maps" if manifest["task"] == Task.DEPTH else "semantic masks"
+        raise ServiceError(
+            f"COCO has no place for {what} (its annotations are shapes and instances); export "
+            "this dataset as YOLO (Ultralytics' masks/ or depth/ folders, which train as they "
+            "are) or NDJSON."
+        )
     if manifest["task"] == Task.CLASSIFY:
         raise ServiceError(
             "COCO has no place for image classes; export a classification dataset as YOLO "
@@ -349,17 +356,40 @@ def _ndjson_lines(manifest: dict, names: list[str]) -> Iterator[str]:
         head["path"] = "."
     if task == Task.POSE and manifest.get("keypoint_shape"):
         head["kpt_shape"] = list(manifest["keypoint_shape"])
+    if task == Task.DEPTH:
+        head["depth_scale"] = manifest.get("depth_scale") or 1000
     yield json.dumps(head)
     for img, name in zip(manifest["images"], names, strict=True):
+        if task in PIXEL_TASKS and "mask" not in img:
+            continue  # nothing to learn from (as the YOLO layout, yolo_layout_write)
         record = {
             "type": "image",
             "file": name,
             "split": img["split"],
             "width": img["width"],
             "height": img["height"],
-            "annotations": ndjson_annotations(task, img["labels"]),
+            "annotations": {} if task in PIXEL_TASKS else ndjson_annotations(task, img["labels"]),
         }
+        if task in PIXEL_TASKS:
+            record[_NDJSON_MAP_KEY[task]] = {"file": _map_name(name)}
         yield json.dumps(record)
+
+
+# Where a semantic mask / depth map goes in an NDJSON record, and its folder in the zip.
+# Depth is Ultralytics' own record shape (converter.py, `_convert_ndjson_to_yolo`): `depth` is
+# an object beside the image and the dataset line carries `depth_scale`; the stock converter
+# fetches `depth.url` into depth/<split>/<stem>.png, the same layout this zip holds, so a
+# record served with URLs (a platform export) converts as it is, while this zip's records name
+# their files (`depth.file`, under depth/<split>/). Semantic is this file's own extension:
+# stock Ultralytics (8.4) has no NDJSON semantic record; its converter writes an empty label
+# file per image and ignores `mask`, so train semantic models from the YOLO export (data.yaml
+# with masks_dir), which stock `yolo` reads unchanged.
+_NDJSON_MAP_KEY = {Task.SEMANTIC: "mask", Task.DEPTH: "depth"}
+_NDJSON_MAP_FOLDER = {Task.SEMANTIC: "masks", Task.DEPTH: "depth"}
+
+
+def _map_name(image_name: str) -> str:
+    return image_name.rsplit(".", 1)[0] + ".png"
 
 
 def ndjson_annotations(task: str, labels: list[dict]) -> dict:
@@ -379,7 +409,13 @@ def ndjson_annotations(task: str, labels: list[dict]) -> dict:
 def _ndjson_write(zf: zipfile.ZipFile, manifest: dict) -> None:
     names = _image_names(manifest["images"])
     _write_text(zf, NDJSON_NAME, "".join(f"{line}\n" for line in _ndjson_lines(manifest, names)))
+    task = manifest["task"]
     for img, name in zip(manifest["images"], names, strict=True):
+        if task in PIXEL_TASKS:
+            if "mask" not in img:
+                continue
+            folder = _NDJSON_MAP_FOLDER[task]
+            _write_blob(zf, f"{folder}/{img['split']}/{_map_name(name)}", img["mask"])
         _write_blob(zf, f"images/{img['split']}/{name}", img["sha256"])
 
 

@@ -23,7 +23,17 @@ from django.utils import timezone
 from PIL import Image as PILImage
 
 from core.leases import Lease
-from datasets.models import Blob, Dataset, DatasetClass, HealthFinding, Image, Label, Severity
+from datasets.models import (
+    PIXEL_TASKS,
+    Blob,
+    Dataset,
+    DatasetClass,
+    HealthFinding,
+    Image,
+    Label,
+    PixelMap,
+    Severity,
+)
 from datasets.services.health_checks import (
     KIND_ORDER,
     SEVERITY_ORDER,
@@ -34,6 +44,7 @@ from datasets.services.health_checks import (
     dhash,
     hash_to_db,
     label_findings,
+    map_findings,
     pixel_findings,
     plural,
     stored_damaged_finding,
@@ -130,6 +141,8 @@ def _health_check(dataset: Dataset) -> list[dict]:
     findings: list[dict] = []
     findings += pixel_findings(images, _blobs_decode(images))
     findings += duplicate_findings(images)  # byte-identical copies (health_duplicates)
+    if dataset.task in PIXEL_TASKS:
+        return findings + _map_check(dataset, images)
     labels = (
         Label.objects.filter(image__dataset=dataset)
         .values_list("image_id", "dataset_class_id", "kind", "data")
@@ -151,6 +164,33 @@ def _health_check(dataset: Dataset) -> list[dict]:
     # The same rules training applies to a version (datasets.services.version_checks).
     findings += [finding.as_health() for finding in data_findings(tally)]
     return findings
+
+
+def _map_check(dataset: Dataset, images: list[tuple]) -> list[dict]:
+    """A semantic or depth dataset: its maps' checks instead of the label checks (which look
+    at label rows it has none of), then the split and class rules on the images that have a
+    map, which are the ones training gets."""
+    maps = {
+        image_id: (width, height, stats)
+        for image_id, width, height, stats in PixelMap.objects.filter(
+            image__dataset=dataset
+        ).values_list("image_id", "blob__width", "blob__height", "stats")
+    }
+    classes = list(
+        DatasetClass.objects.filter(dataset=dataset)
+        .order_by("index")
+        .values_list("id", "name", "index")
+    )
+    tally = DataTally(task=dataset.task, classes=[(pk, name) for pk, name, _ in classes])
+    for row in images:
+        if row[0] in maps:
+            tally.image(row[0], row[2])
+    findings = map_findings(
+        task=dataset.task, images=images, maps=maps, classes=classes, tally=tally
+    )
+    # "Classes without labels" is map_findings' "classes in no mask" here.
+    rules = [f for f in data_findings(tally) if f.code != Kind.CLASS_EMPTY]
+    return findings + [finding.as_health() for finding in rules]
 
 
 def _blobs_decode(images: list[tuple]) -> dict[int, DecodeResult]:

@@ -54,10 +54,17 @@ class Kind:
     NO_TRAIN = "no_train"
     CLASS_NOT_IN_VAL = "class_not_in_val"
     TINY_VAL = "tiny_val"
+    # Semantic masks and depth maps (map_findings, pixel_version_findings).
+    NO_MASKS = "no_masks"
+    MASK_SIZE = "mask_size"
+    MASK_EMPTY = "mask_empty"
+    MASK_MISSING = "mask_missing"
+    CLASS_NOT_IN_MASKS = "class_not_in_masks"
 
 
 # Within a severity, the report lists findings in this order: the ones that spoil most first.
 KIND_ORDER = [
+    Kind.NO_MASKS,
     Kind.NO_LABELS,
     Kind.NO_TRAIN,
     Kind.STORED_DAMAGED,
@@ -65,10 +72,14 @@ KIND_ORDER = [
     Kind.LEAKAGE,
     Kind.LABEL_OUTSIDE,
     Kind.LABEL_MALFORMED,
+    Kind.MASK_SIZE,
     Kind.NO_VAL,
     Kind.CLASS_NOT_IN_VAL,
     Kind.TINY_VAL,
     Kind.CLASS_EMPTY,
+    Kind.CLASS_NOT_IN_MASKS,
+    Kind.MASK_EMPTY,
+    Kind.MASK_MISSING,
     Kind.CLASS_IMBALANCE,
     Kind.NEAR_DUPLICATE,
     Kind.LABEL_KIND,
@@ -474,6 +485,142 @@ def label_findings(
     return findings
 
 
+# --- semantic masks and depth maps ------------------------------------------------------------
+
+
+def _map_words(task: str) -> tuple[str, str]:
+    """(singular, plural) of what a pixel task's images carry."""
+    return ("depth map", "depth maps") if task == Task.DEPTH else ("mask", "masks")
+
+
+def map_findings(
+    *,
+    task: str,
+    images: list[tuple],
+    maps: dict[int, tuple[int, int, dict]],
+    classes: list[tuple],
+    tally: "DataTally",
+) -> list[dict]:
+    """The checks of a semantic or depth dataset, from each map's size and stats (no pixel is
+    decoded): maps not the size of their image (Ultralytics refuses the pair), semantic masks
+    without a class pixel and classes in no mask, depth maps without a reading, and images
+    without a map (export and training leave them out). `maps`: image id → (width, height,
+    stats); `classes`: (id, name, index). Each mapped image is counted in `tally` (with the
+    classes its mask holds), so the split and class rules (data_findings) see what trains."""
+    one, many = _map_words(task)
+    wrong_size, empty, missing = [], [], []
+    class_of_index = {index: pk for pk, _, index in classes}
+    for row in images:
+        image_id = row[0]
+        if image_id not in maps:
+            missing.append(image_id)
+            continue
+        width, height, stats = maps[image_id]
+        if (width, height) != (row[7], row[8]):
+            wrong_size.append((image_id, f"{width}×{height} for {row[7]}×{row[8]}"))
+        if task == Task.SEMANTIC:
+            present = [int(k) for k in (stats or {}) if str(k).isdigit()]
+            if not present:
+                empty.append(image_id)
+            for index in present:
+                tally.label(image_id, class_of_index.get(index, f"value {index}"), "mask")
+        else:
+            if not (stats or {}).get("valid"):
+                empty.append(image_id)
+            else:
+                tally.label(image_id, None, "mask")
+
+    findings = []
+    if not maps:
+        findings.append(
+            _finding(
+                Kind.NO_MASKS,
+                Severity.ERROR,
+                f"No image has a {one}: a model has nothing to learn from. Import {many} "
+                f"(or draw them), then save a version to train on.",
+            )
+        )
+    if wrong_size:
+        examples = "; ".join(why for _, why in wrong_size[:3])
+        findings.append(
+            _finding(
+                Kind.MASK_SIZE,
+                Severity.ERROR,
+                f"{plural(len(wrong_size), one, many)} not the size of "
+                f"{'its' if len(wrong_size) == 1 else 'their'} image ({examples}); "
+                "training cannot pair pixels with labels"
+                f"{_shown(len(wrong_size))}.",
+                (image_id for image_id, _ in wrong_size),
+            )
+        )
+    if empty:
+        what = (
+            "no class pixel (every pixel is “ignore”)"
+            if task == Task.SEMANTIC
+            else "no valid reading (every pixel is 0)"
+        )
+        findings.append(
+            _finding(
+                Kind.MASK_EMPTY,
+                Severity.WARNING,
+                f"{plural(len(empty), one, many)} with {what}: training learns nothing from "
+                f"{'it' if len(empty) == 1 else 'them'}{_shown(len(empty))}.",
+                empty,
+            )
+        )
+    if task == Task.SEMANTIC and maps:
+        never = [name for pk, name, _ in classes if not tally.per_class[pk]]
+        if never:
+            findings.append(
+                _finding(
+                    Kind.CLASS_NOT_IN_MASKS,
+                    Severity.WARNING,
+                    f"{plural(len(never), 'class', 'classes')} in no mask: {_names(never)}. "
+                    "A model cannot learn a class it never sees; draw it in some masks or "
+                    "remove it.",
+                )
+            )
+    if missing and maps:
+        findings.append(
+            _finding(
+                Kind.MASK_MISSING,
+                Severity.WARNING,
+                f"{plural(len(missing), 'image')} without a {one}: export and training leave "
+                f"{'it' if len(missing) == 1 else 'them'} out{_shown(len(missing))}.",
+                missing,
+            )
+        )
+    return findings
+
+
+def pixel_version_findings(*, task: str, images: int, masked: int) -> list["Finding"]:
+    """A semantic or depth version's own rules: no map at all is an error (nothing to train
+    on), images without one a warning (training leaves them out)."""
+    one, many = _map_words(task)
+    if not images:
+        return []
+    if not masked:
+        return [
+            Finding(
+                Severity.ERROR,
+                Kind.NO_MASKS,
+                f"No image of this version has a {one}: a model has nothing to learn from. "
+                f"Import {many} (or draw them), then save a version to train on.",
+            )
+        ]
+    if masked < images:
+        left = images - masked
+        return [
+            Finding(
+                Severity.WARNING,
+                Kind.MASK_MISSING,
+                f"{plural(left, 'image')} of {images} {'has' if left == 1 else 'have'} no {one}: "
+                f"training leaves {'it' if left == 1 else 'them'} out.",
+            )
+        ]
+    return []
+
+
 # --- the rules on splits and classes, one set for the health check and for training ------------
 
 
@@ -513,6 +660,7 @@ class DataTally:
         self.split_of[key] = split
 
     def label(self, image_key, class_key, kind: str) -> None:
+        """`kind` "mask": one class of a semantic mask (or a depth map, class None)."""
         if self.task == Task.CLASSIFY and kind != LabelKind.TAG:
             return
         split = self.split_of.get(image_key)

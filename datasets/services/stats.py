@@ -5,7 +5,17 @@ from statistics import median
 
 from django.db.models import Count, F, Max, Min, Sum
 
-from datasets.models import Dataset, DatasetClass, Image, Label, LabelKind, Split
+from datasets.models import (
+    PIXEL_TASKS,
+    Dataset,
+    DatasetClass,
+    Image,
+    Label,
+    LabelKind,
+    PixelMap,
+    Split,
+    Task,
+)
 
 MAX_BOXES = 20_000  # shapes read for the size charts
 SCATTER_POINTS = 2_000  # of those, drawn as points (the histogram uses all)
@@ -131,7 +141,9 @@ def dataset_stats(*, dataset: Dataset, max_boxes: int = MAX_BOXES) -> dict:
         per_image[_bin_index(LABELS_PER_IMAGE_EDGES, row["label_count"])] += row["n"]
 
     image_total = sum(s["images"] for s in splits)
+    pixel = _pixel_stats(dataset, splits, classes) if dataset.task in PIXEL_TASKS else None
     return {
+        "pixel": pixel,
         "image_total": image_total,
         "label_total": sum(s["labels"] for s in splits),
         "splits": splits,
@@ -149,6 +161,53 @@ def dataset_stats(*, dataset: Dataset, max_boxes: int = MAX_BOXES) -> dict:
     }
 
 
+def _pixel_stats(dataset: Dataset, splits: list[dict], classes: list[dict]) -> dict:
+    """Semantic masks and depth maps, read from each map's stats (no pixel is decoded): the
+    masks per split (which replace labels in the split table), and for semantic each class's
+    share of the labelled pixels and the images it occurs in (which replace `classes`' label
+    counts: there are no label rows); for depth the range of the readings, in metres."""
+    maps = PixelMap.objects.filter(image__dataset=dataset).order_by()
+    per_split = dict(maps.values_list("image__split").annotate(n=Count("id")))
+    for split in splits:
+        split["labels"] = per_split.get(split["split"], 0)
+    out: dict = {"masks": sum(per_split.values()), "task": dataset.task}
+    if dataset.task == Task.SEMANTIC:
+        pixels: dict[int, int] = {}
+        images: dict[int, int] = {}
+        for stats in maps.values_list("stats", flat=True).iterator(chunk_size=2000):
+            for key, n in (stats or {}).items():
+                if key.isdigit() and isinstance(n, int) and n > 0:
+                    pixels[int(key)] = pixels.get(int(key), 0) + n
+                    images[int(key)] = images.get(int(key), 0) + 1
+        total = sum(pixels.values())
+        for c in classes:
+            c["labels"] = c["images"] = images.get(c["index"], 0)
+            c["pixels"] = pixels.get(c["index"], 0)
+            c["share"] = round(100 * c["pixels"] / total, 2) if total else 0.0
+        out["labelled_pixels"] = total
+        # Values no class has (a class deleted since): counted, so the shares add up.
+        known = {c["index"] for c in classes}
+        out["unknown_pixels"] = sum(n for i, n in pixels.items() if i not in known)
+        return out
+    lows, medians, highs, empty = [], [], [], 0
+    for stats in maps.values_list("stats", flat=True).iterator(chunk_size=2000):
+        if not (stats or {}).get("valid"):
+            empty += 1
+            continue
+        lows.append(stats["min"])
+        medians.append(stats["median"])
+        highs.append(stats["max"])
+    out["depth"] = {
+        "with_readings": len(medians),
+        "without_readings": empty,
+        "min": min(lows) if lows else None,
+        "median": round(median(medians), 4) if medians else None,
+        "max": max(highs) if highs else None,
+        "scale": dataset.depth_scale or 1000,
+    }
+    return out
+
+
 def _distinct_sizes(dataset: Dataset) -> int:
     return (
         Image.objects.filter(dataset=dataset)
@@ -162,10 +221,13 @@ def _distinct_sizes(dataset: Dataset) -> int:
 def stats_chart_data(stats: dict) -> dict:
     """The compact part of the statistics that the page's charts draw (embedded as JSON)."""
     labelled = [c for c in stats["classes"] if c["labels"]]
-    top = sorted(labelled, key=lambda c: (-c["labels"], c["index"]))[:CHART_CLASSES]
+    # Semantic: classes by their share of the labelled pixels (the chart's bars are %).
+    measure = "share" if (stats.get("pixel") or {}).get("task") == Task.SEMANTIC else "labels"
+    top = sorted(labelled, key=lambda c: (-c[measure], c["index"]))[:CHART_CLASSES]
     return {
+        "measure": measure,
         "splits": [{"name": s["name"], "images": s["images"]} for s in stats["splits"]],
-        "classes": [{"name": c["name"], "labels": c["labels"]} for c in top],
+        "classes": [{"name": c["name"], "labels": c[measure]} for c in top],
         "classes_more": len(labelled) - len(top),
         "classes_empty": len(stats["classes"]) - len(labelled),
         "box_histogram": stats["boxes"]["histogram"],

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from core.errors import ServiceError
-from datasets.models import DatasetVersion, HealthFinding, Image, Severity, Split
+from datasets.models import PIXEL_TASKS, DatasetVersion, HealthFinding, Image, Severity, Split
 from datasets.services.health_checks import (
     DataTally,
     Finding,
     Kind,
     data_findings,
     findings_sorted,
+    pixel_version_findings,
     plural,
 )
 from datasets.services.versions import version_manifest_load
@@ -52,12 +53,41 @@ def version_check(version: DatasetVersion, *, task: str | None = None) -> Versio
     """Every finding on `version` as `task` (the dataset's by default) would train it."""
     task = task or version.dataset.task
     manifest = version_manifest_load(version)
+    if task in PIXEL_TASKS:
+        return _pixel_version_check(version, task, manifest)
     tally = DataTally(task=task, classes=list(enumerate(manifest["classes"])))
     for i, image in enumerate(manifest["images"]):
         tally.image(i, image["split"])
         for label in image["labels"]:
             tally.label(i, label["class"], label["kind"])
     findings = data_findings(tally)
+    broken = _broken(version, manifest)
+    if broken:
+        findings.append(broken)
+    counts = tally.split_images()
+    return VersionCheck(
+        version=version,
+        task=task,
+        findings=findings_sorted(findings),
+        train_images=counts[Split.TRAIN],
+        val_images=counts[Split.VAL],
+    )
+
+
+def _pixel_version_check(version: DatasetVersion, task: str, manifest: dict) -> VersionCheck:
+    """A semantic or depth version trains on its images that have a map (the manifest's
+    "mask"), and only on those: the split rules count them. Which classes a mask holds is not
+    in the manifest (it would mean decoding every mask), so the class rules are the health
+    check's here."""
+    tally = DataTally(task=task, classes=[])
+    masked = 0
+    for i, image in enumerate(manifest["images"]):
+        if "mask" in image:
+            masked += 1
+            tally.image(i, image["split"])
+            tally.label(i, None, "mask")
+    findings = pixel_version_findings(task=task, images=len(manifest["images"]), masked=masked)
+    findings += data_findings(tally)
     broken = _broken(version, manifest)
     if broken:
         findings.append(broken)

@@ -1,7 +1,7 @@
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from core.errors import ServiceError
 from core.http import page_of
@@ -10,6 +10,7 @@ from datasets.forms import DatasetCreateForm, DatasetEditForm
 from datasets.selectors import counts
 from datasets.selectors.labelling import labelling_progress
 from datasets.services import datasets as services
+from datasets.services.semantic_convert import semantic_dataset_from_segment
 from workspaces.decorators import workspace_view
 from workspaces.forms import ConfirmForm
 from workspaces.permissions import Perm
@@ -34,6 +35,7 @@ def dataset_create(request, access: WorkspaceAccess) -> HttpResponse:
                 task=form.cleaned_data["task"],
                 class_names=services.class_names_parse(form.cleaned_data["classes"]),
                 description=form.cleaned_data["description"],
+                depth_scale=form.cleaned_data["depth_scale"],
             )
         except ServiceError as e:
             form.add_error(None, str(e))
@@ -75,6 +77,7 @@ def dataset_edit(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
                 name=form.cleaned_data["name"],
                 description=form.cleaned_data["description"],
                 is_public=form.cleaned_data["is_public"],
+                depth_scale=form.cleaned_data.get("depth_scale"),
             )
         except ServiceError as e:
             form.add_error("name", str(e))
@@ -106,3 +109,22 @@ def dataset_delete(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
         "datasets/dataset_delete.html",
         {"access": access, "dataset": dataset, "form": form},
     )
+
+
+@workspace_view(Perm.WRITE)
+@require_POST
+def dataset_semantic_convert(request, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    """A segment dataset → a new semantic dataset of the same images; a worker draws the masks
+    from the polygons."""
+    source = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    try:
+        target = semantic_dataset_from_segment(access=access, source=source)
+    except ServiceError as e:
+        messages.error(request, str(e))
+        return redirect("dataset_detail", ws_slug=access.workspace.slug, pk=source.pk)
+    messages.success(
+        request,
+        f"Created {target.name}: its masks are being drawn from {source.name}'s polygons "
+        "(each image shows its mask once drawn).",
+    )
+    return redirect("dataset_detail", ws_slug=access.workspace.slug, pk=target.pk)

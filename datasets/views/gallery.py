@@ -21,10 +21,11 @@ from core.errors import ServiceError
 from core.files import stored_file_response
 from core.http import reverse_each
 from datasets import selectors
-from datasets.models import Dataset, Image, LabelStatus, Split
+from datasets.models import PIXEL_TASKS, Dataset, Image, LabelStatus, PixelMap, Split
 from datasets.selectors import gallery as gallery_selectors
 from datasets.services import classes
 from datasets.services import gallery as services
+from datasets.services.pixel_maps import overlay_key
 from datasets.services.thumbnails import thumbnail_placeholder, thumbnails_request
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -141,6 +142,34 @@ def _image_thumb(request, image: Image) -> HttpResponse:
     return _image_headers(response, None)
 
 
+def _image_overlay(request, image: Image) -> HttpResponse:
+    """The mask's (a colour per class) or depth map's (a colour map) overlay, an RGBA PNG drawn
+    when the map was stored; 404 when the image has none. Named by the map's hash, so a new
+    map is a new ETag (and the gallery asks for it by a new URL)."""
+    pixel_map = PixelMap.objects.filter(image=image).select_related("blob").first()
+    if pixel_map is None:
+        raise Http404("This image has no mask or depth map.")
+    sha = pixel_map.blob.sha256
+    return _serve(
+        request,
+        key=overlay_key(sha),
+        content_type="image/png",
+        etag=f'"{sha}-o"',
+        filename=f"image-{image.pk}-overlay.png",
+    )
+
+
+def _with_overlays(images, route: tuple, task: str) -> None:
+    """Each image's overlay URL (None without a map): the map's hash in the query, so the
+    browser's cached overlay is never the old map's."""
+    if task not in PIXEL_TASKS:
+        return
+    overlay = reverse_each("dataset_image_overlay", *route)
+    for image in images:
+        sha = getattr(image, "mask_sha", None)
+        image.mask_src = f"{overlay(image.pk)}?m={sha[:16]}" if sha else None
+
+
 # --- gallery and image pages ------------------------------------------------------------------
 
 
@@ -159,6 +188,7 @@ def _gallery_context(request, access: WorkspaceAccess, dataset: Dataset) -> dict
         image.detail_href = detail(image.pk)
         image.thumb_src = thumb(image.pk)
         image.annotate_href = annotate(image.pk)
+    _with_overlays(page.images, route, dataset.task)
     cursor = {k: v for k, v in (("after", after), ("before", before)) if v is not None}
     back = urlencode({**flt.params(), **cursor})
     params = flt.params()
@@ -178,6 +208,7 @@ def _gallery_context(request, access: WorkspaceAccess, dataset: Dataset) -> dict
         "has_cursor": bool(cursor),
         "split_form": SplitAutoForm(),
         "can_write": access.can(Perm.WRITE),
+        "pixel_task": dataset.task in PIXEL_TASKS,
     }
 
 
@@ -199,6 +230,7 @@ def image_detail(request, access: WorkspaceAccess, pk: int, image_pk: int) -> Ht
     image = selectors.image_get(dataset=dataset, pk=image_pk)
     flt = gallery_selectors.GalleryFilter.from_query(request.GET)
     context = gallery_selectors.image_detail(dataset=dataset, image=image, flt=flt)
+    _with_overlays([context["image"]], (access.workspace.slug, dataset.pk), dataset.task)
     return render(
         request,
         "datasets/image_detail.html",
@@ -218,6 +250,13 @@ def image_file(request, access: WorkspaceAccess, pk: int, image_pk: int) -> Http
 def image_thumb(request, access: WorkspaceAccess, pk: int, image_pk: int) -> HttpResponse:
     dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
     return _image_thumb(request, selectors.image_get(dataset=dataset, pk=image_pk))
+
+
+@workspace_view(Perm.READ)
+@require_safe
+def image_overlay(request, access: WorkspaceAccess, pk: int, image_pk: int) -> HttpResponse:
+    dataset = selectors.dataset_get(workspace=access.workspace, pk=pk)
+    return _image_overlay(request, selectors.image_get(dataset=dataset, pk=image_pk))
 
 
 @require_safe

@@ -16,7 +16,7 @@ from core.files import generated_file_response
 from core.http import HtmxHttpRequest
 from core.pages import page_parts
 from datasets import selectors
-from datasets.models import Dataset, DatasetVersion, Image, Task
+from datasets.models import PIXEL_TASKS, Dataset, DatasetVersion, Image, Task
 from datasets.selectors import counts
 from datasets.services import versions as services
 from datasets.services.clone import clone_targets_for_user, dataset_clone
@@ -29,6 +29,7 @@ EXPLORE_PAGE_SIZE = 24
 EXPLORE_THUMBS = 4
 PUBLIC_THUMBS = 24
 DIFF_SHOWN = 200  # image rows listed per change kind on a version page
+PIXEL_FORMATS = ("yolo", "ndjson")
 
 
 class VersionForm(forms.Form):
@@ -145,7 +146,10 @@ def version_detail(
             "diff": diff,
             "shown": f":{DIFF_SHOWN}",
             "more": more,
-            "formats": FORMATS,
+            # Pixel tasks: the formats with a place for masks and depth maps.
+            "formats": PIXEL_FORMATS if dataset.task in PIXEL_TASKS else FORMATS,
+            "pixel_task": dataset.task in PIXEL_TASKS,
+            "map_word": "depth map" if dataset.task == Task.DEPTH else "mask",
         },
     )
 

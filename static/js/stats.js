@@ -78,12 +78,14 @@
     if (classes && d.classes.length) {
       // One bar per class, tall enough to read every name.
       classes.parentElement.style.height = Math.max(160, 22 * d.classes.length + 60) + "px";
+      // Semantic datasets measure a class by its share of the labelled pixels (%).
+      var what = d.measure === "share" ? "% of labelled pixels" : "Labels";
       bar(
         "chart-classes",
         d.classes.map(function (c) { return c.name; }),
         d.classes.map(function (c) { return c.labels; }),
-        "Labels",
-        Object.assign({ indexAxis: "y" }, axes("Labels", ""))
+        what,
+        Object.assign({ indexAxis: "y" }, axes(what, ""))
       );
     }
 
