@@ -553,6 +553,9 @@ def test_garbage_collection_keeps_map_blobs_and_deletes_a_collected_maps_overlay
 # --- stock Ultralytics trains the YOLO export ---------------------------------------------------
 
 
+@pytest.mark.same_on_any_database(
+    "stock Ultralytics trains from the exported files; the export's reads run on both above"
+)
 @pytest.mark.slow
 def test_stock_yolo_trains_a_semantic_export(team, tmp_path):
     import subprocess

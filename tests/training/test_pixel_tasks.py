@@ -246,6 +246,9 @@ def test_a_semantic_job_trains_on_a_worker_and_reports_miou(
     assert matrix is None or len(matrix["names"]) == len(matrix["matrix"])
 
 
+@pytest.mark.same_on_any_database(
+    "a depth job's rows are a semantic job's (run on both): this checks depth training and δ1"
+)
 @pytest.mark.django_db(transaction=True)
 def test_a_depth_job_trains_on_a_worker_and_reports_delta1(
     team, project, gpu_local, workers, client
