@@ -14,6 +14,13 @@ line with the query strings left out: the file name carries the version's number
 an image's URL path its sha256, so the same version is converted once and reused, and a new
 version is fetched again. Image paths end in the first 32 hex digits of the sha256, so the
 client also links images that another version already fetched (its `.ndjson-assets` pool).
+
+Depth datasets go as Ultralytics' own depth records (converter.py, `_convert_ndjson_to_yolo`):
+the dataset line carries `depth_scale`, each image line a `depth: {"url"}` of its 16-bit PNG,
+a blob signed and served like the images; an image without a depth map is left out. Semantic
+datasets are refused with the way that works: stock Ultralytics' NDJSON has no semantic
+record, so the client would train on images without masks; a version's YOLO export (data.yaml
+with masks_dir) trains as it is.
 """
 
 import gzip
@@ -75,6 +82,16 @@ def platform_dataset_find(*, workspace, ident: str, not_found: str) -> Dataset:
 
 
 def platform_version_pick(*, dataset: Dataset, number: str | None) -> DatasetVersion:
+    if dataset.task == Task.SEMANTIC:
+        # Stock Ultralytics' NDJSON has no semantic record: its converter would write an empty
+        # label file per image and no masks, and the client would train on nothing.
+        raise PlatformRefusal(
+            422,
+            f"Dataset “{dataset.name}” is a semantic segmentation dataset, and stock "
+            "Ultralytics' NDJSON (what ul:// downloads) has no place for its masks. Export a "
+            "version of it as YOLO in Kestrel (a data.yaml with masks_dir) and train with "
+            "data=<folder>/data.yaml.",
+        )
     versions = DatasetVersion.objects.filter(dataset=dataset)
     if number is not None:
         if not (number.isdigit() and len(number) < 9):
@@ -92,7 +109,21 @@ def platform_version_pick(*, dataset: Dataset, number: str | None) -> DatasetVer
             )
     if not version.summary.get("images"):
         raise PlatformRefusal(422, f"Version {version.number} of “{dataset.name}” has no images.")
+    if dataset.task == Task.DEPTH and not version.summary.get("masks"):
+        raise PlatformRefusal(
+            422,
+            f"Version {version.number} of “{dataset.name}” has no depth maps: add them to its "
+            "images and save a version (an image without one has nothing to train on).",
+        )
     return version
+
+
+def _served_images(version: DatasetVersion) -> int:
+    """The image lines the NDJSON holds: a depth image without its map is left out (the
+    client refuses a depth record without one)."""
+    if version.dataset.task == Task.DEPTH:
+        return version.summary.get("masks", 0)
+    return version.summary.get("images", 0)
 
 
 def ndjson_filename(version: DatasetVersion) -> str:
@@ -124,7 +155,7 @@ def platform_dataset_export(request: HttpRequest, owner: str, slug: str) -> Json
             "downloadUrl": _export_url(request, version),
             "version": version.number,
             "contentHash": version.content_hash,
-            "images": version.summary.get("images", 0),
+            "images": _served_images(version),
         }
     )
 
@@ -199,6 +230,9 @@ def _ndjson_blocks(request: HttpRequest, version: DatasetVersion) -> Iterator[by
     }
     if task == Task.POSE and tail.get("keypoint_shape"):
         record["kpt_shape"] = list(tail["keypoint_shape"])
+    if task == Task.DEPTH:
+        # The PNG value of one metre; the client writes it into its data.yaml.
+        record["depth_scale"] = head.get("depth_scale") or 1000
     yield (json.dumps(record) + "\n").encode()
 
     images = version.summary.get("images", 0)
@@ -209,24 +243,36 @@ def _ndjson_blocks(request: HttpRequest, version: DatasetVersion) -> Iterator[by
         reverse("platform_dataset_image", kwargs={"sha256": sample, "filename": "x.jpg"})
     ).removesuffix(f"{sample}/x.jpg")
 
+    def signed(sha: str, filename: str) -> str:
+        return f"{prefix}{sha}/{filename}?{query(f'{sha}/{filename}')}"
+
     def block(batch: list[dict]) -> bytes:
         shas = list({img["sha256"] for img in batch})
         types = dict(Blob.objects.filter(sha256__in=shas).values_list("sha256", "content_type"))
         lines = []
         for img in batch:
+            if task == Task.DEPTH and "mask" not in img:
+                continue  # nothing to learn from, and the client refuses a record without one
             sha = img["sha256"]
             filename = sha[:32] + EXTENSIONS.get(types.get(sha, ""), ".jpg")
             line = {
                 "type": "image",
                 "file": filename,
-                "url": f"{prefix}{sha}/{filename}?{query(f'{sha}/{filename}')}",
+                "url": signed(sha, filename),
                 "split": img["split"],
                 "width": img["width"],
                 "height": img["height"],
-                "annotations": ndjson_annotations(task, img["labels"]),
+                "annotations": {}
+                if task == Task.DEPTH
+                else ndjson_annotations(task, img["labels"]),
             }
+            if task == Task.DEPTH:
+                # Ultralytics' depth record: the 16-bit PNG beside the image, a blob served
+                # through the same signed, expiring route (its name ends in 32 hex digits of
+                # its sha256 too, so the client pools it like an image).
+                line["depth"] = {"url": signed(img["mask"], img["mask"][:32] + ".png")}
             lines.append(json.dumps(line))
-        return ("\n".join(lines) + "\n").encode()
+        return ("\n".join(lines) + "\n").encode() if lines else b""
 
     batch: list[dict] = []
     for image in stream:
@@ -255,7 +301,7 @@ def platform_dataset_ndjson(request: HttpRequest, pk: int, filename: str) -> Htt
 
 @require_GET
 def platform_dataset_image(request: HttpRequest, sha256: str, filename: str) -> HttpResponse:
-    """One image of a version's NDJSON, by the sha256 its signed URL names."""
+    """One image (or depth map) of a version's NDJSON, by the sha256 its signed URL names."""
     stem, dot, ext = filename.partition(".")
     content_type = _TYPES.get(f"{dot}{ext}")
     valid = stem == sha256[:32] and content_type is not None

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import IO
 from xml.sax.saxutils import escape, quoteattr
 
-from datasets.models import LabelKind, Split, Task
+from core.errors import ServiceError
+from datasets.models import PIXEL_TASKS, LabelKind, Split, Task
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,19 @@ LABEL_STUDIO_NAME = "tasks.json"
 LABEL_STUDIO_UPLOADS = "/data/upload/1/"  # where Label Studio serves the files of project 1
 LABEL_STUDIO_POINT_SIZE = 1.0  # a keypoint's drawn size, percent of the image width
 _FLUSH_AT = 1 << 20
+
+
+def _refuse_pixel_tasks(manifest: dict, tool: str) -> None:
+    """Semantic masks and depth maps are per-pixel: these writers put shapes and tags, so a
+    version of either task would leave the tool with bare images and no labels at all."""
+    if manifest["task"] not in PIXEL_TASKS:
+        return
+    what = "depth maps" if manifest["task"] == Task.DEPTH else "semantic masks"
+    raise ServiceError(
+        f"The {tool} export has no place for {what} (it writes shapes and tags); export this "
+        "dataset as YOLO (Ultralytics' masks/ or depth/ folders, which train as they are) or "
+        "NDJSON."
+    )
 
 
 def _keypoint_dims(manifest: dict) -> tuple[int, int]:
@@ -310,6 +324,7 @@ def _cvat_shapes(
 
 def cvat_write(zf: zipfile.ZipFile, manifest: dict, helpers: ExportHelpers) -> None:
     """annotations.xml and images/<subset>/<file>."""
+    _refuse_pixel_tasks(manifest, "CVAT")
     images, task, classes = manifest["images"], manifest["task"], manifest["classes"]
     _, dims = _keypoint_dims(manifest)
     names = helpers.image_names(images)
@@ -475,6 +490,7 @@ def label_studio_tasks(manifest: dict, names: list[str], helpers: ExportHelpers)
 
 def label_studio_write(zf: zipfile.ZipFile, manifest: dict, helpers: ExportHelpers) -> None:
     """tasks.json and images/<split>/<file>."""
+    _refuse_pixel_tasks(manifest, "Label Studio")
     names = helpers.image_names(manifest["images"])
     tasks = label_studio_tasks(manifest, names, helpers)
     helpers.write_text(zf, LABEL_STUDIO_NAME, json.dumps(tasks))

@@ -16,13 +16,12 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import yaml
-from django.core.files.storage import default_storage
 from django.test import Client
 from django.urls import reverse
 from PIL import Image as PILImage
 
 from core.errors import ServiceError
-from datasets.models import IGNORE_INDEX, DatasetClass, Image, PixelMap, Task
+from datasets.models import IGNORE_INDEX, PIXEL_TASKS, DatasetClass, Image, PixelMap, Task
 from datasets.services.classes import dataset_class_delete, dataset_class_merge
 from datasets.services.export import FORMATS, export_run, export_yolo
 from datasets.services.versions import version_create
@@ -55,7 +54,9 @@ def _export_links(page: str, name: str, **kwargs) -> set[str]:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("task", "what"), [("semantic", "semantic masks"), ("depth", "depth maps")])
+@pytest.mark.parametrize(
+    ("task", "what"), [("semantic", "semantic masks"), ("depth", "depth maps")]
+)
 def test_tool_exports_refuse_pixel_versions_with_the_reason(team, task, what):
     version = pixel_version_create(access=team.access("owner"), task=task)
     dataset = version.dataset
@@ -109,7 +110,8 @@ def test_pages_offer_only_the_formats_that_hold_the_task(team):
         assert _export_links(page, "version_export", **ws, number=1) == expected, dataset.task
         page = _page(client, "dataset_detail", **ws)
         offered = _export_links(page, "dataset_export", **ws)
-        assert offered == (expected if dataset.task in Task.PIXEL else expected - {"ndjson"})
+        # The dataset page's card: NDJSON only where it is the second format that holds maps.
+        assert offered == (expected if dataset.task in PIXEL_TASKS else expected - {"ndjson"})
 
 
 # --- 2. ul:// for stock ultralytics -----------------------------------------------------------
@@ -219,12 +221,20 @@ def _run(home: Path, env: dict, *args: str):
         check=False,
     )
     results = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-    return done.returncode, (json.loads(results[-1][7:]) if results else None), done.stdout + (
-        done.stderr
+    return (
+        done.returncode,
+        (json.loads(results[-1][7:]) if results else None),
+        done.stdout + done.stderr,
     )
 
 
-def test_the_stock_client_converts_and_trains_on_a_ul_depth_dataset(team, transactional_db, tmp_path):
+@pytest.mark.same_on_any_database(
+    "stock Ultralytics converts and trains on what the server streams; its reads run on both above"
+)
+@pytest.mark.slow
+def test_the_stock_client_converts_and_trains_on_a_ul_depth_dataset(
+    team, transactional_db, tmp_path
+):
     version = pixel_version_create(access=team.access("owner"), task="depth", unmasked=1)
     pixel_version_create(access=team.access("owner"), task="semantic")
     home = tmp_path / "machine"
@@ -259,7 +269,9 @@ def test_the_stock_client_converts_and_trains_on_a_ul_depth_dataset(team, transa
         code, out, log = _run(home, env, "train", "ul://acme/datasets/synthetic-depth")
         assert code == 0, log[-3000:]
         assert out["task"] == "depth" and Path(out["best"]).is_file()
-        assert Path(out["data"]) == data_yaml  # the converted copy, reused
+        # The version's copy (the trainer's own split argument gives it another hash suffix).
+        trained_on = Path(out["data"]).parent.name
+        assert trained_on.rsplit("-", 1)[0] == root.name.rsplit("-", 1)[0]
         assert "metrics/delta1" in out["metrics"]
 
         # A semantic dataset is refused with Kestrel's words, before anything is downloaded.
@@ -300,7 +312,8 @@ def _check_consistent(names: dict[int, str], masks: dict[str, np.ndarray]) -> No
 
 def _painted(dataset, index: int) -> int:
     return sum(
-        1 for s in PixelMap.objects.filter(image__dataset=dataset).values_list("stats", flat=True)
+        1
+        for s in PixelMap.objects.filter(image__dataset=dataset).values_list("stats", flat=True)
         if str(index) in s
     )
 
@@ -340,16 +353,17 @@ def test_deleting_a_class_of_a_semantic_dataset_rewrites_its_masks(team):
         assert image.label_count == len(image.pixel_map.stats)
         assert image.revision == revisions[image.pk] + 1
     # The first version still trains on what it froze.
-    assert _yolo_masks(first) == (names_before, masks_before) or all(
-        (a == b).all() for a, b in zip(_yolo_masks(first)[1].values(), masks_before.values())
-    )
+    names_again, masks_again = _yolo_masks(first)
+    assert names_again == names_before and masks_again.keys() == masks_before.keys()
+    assert all(np.array_equal(masks_again[f], masks_before[f]) for f in masks_before)
 
 
 @pytest.mark.django_db
 def test_deleting_the_first_class_shifts_every_mask_down(team):
     owner = team.access("owner")
     first = pixel_version_create(access=owner, task="semantic")
-    pixels = _by_class(*reversed(_yolo_masks(first)))
+    names_before, masks_before = _yolo_masks(first)
+    pixels = _by_class(masks_before, names_before)
     ground = DatasetClass.objects.get(dataset=first.dataset, name="ground")
     dataset_class_delete(access=owner, dataset_class=ground, confirm_name="ground")
     names, masks = _yolo_masks(version_create(access=owner, dataset=first.dataset))
@@ -365,7 +379,8 @@ def test_merging_classes_of_a_semantic_dataset_repaints_the_masks(team, source, 
     owner = team.access("owner")
     first = pixel_version_create(access=owner, task="semantic")
     dataset = first.dataset
-    pixels = _by_class(*reversed(_yolo_masks(first)))
+    names_before, masks_before = _yolo_masks(first)
+    pixels = _by_class(masks_before, names_before)
     dataset_class_merge(
         access=owner,
         source=DatasetClass.objects.get(dataset=dataset, name=source),
@@ -386,4 +401,3 @@ def test_the_synthetic_masks_paint_every_class():
     for k in range(3):
         _, mask = semantic_sample(k)
         assert {0, 1, 2, IGNORE_INDEX} <= set(np.unique(mask).tolist())
-    assert default_storage is not None
