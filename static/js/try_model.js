@@ -21,6 +21,7 @@
   ];
   var KEYPOINT_VISIBLE = 0.5;
   var MAX_CANVAS_SIDE = 2048;
+  var SMALL_SIDE = 512; // below this the canvas is shown enlarged, pixels sharp (deploy.css)
   var MASK_ALPHA = 0.45;
   var DEPTH_ALPHA = 0.7;
   var PIXEL_TASKS = { semantic: true, depth: true };
@@ -645,6 +646,7 @@
     var fit = Math.min(1, MAX_CANVAS_SIDE / Math.max(w, h));
     canvas.width = Math.round(w * fit);
     canvas.height = Math.round(h * fit);
+    canvas.classList.toggle("small", Math.max(canvas.width, canvas.height) < SMALL_SIDE);
     var ctx = canvas.getContext("2d");
     ctx.drawImage(img, 0, 0, canvas.width, canvas.height);
     var shape = state.shape || [h, w];
