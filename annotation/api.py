@@ -5,6 +5,7 @@ Bodies are Schemas, validated here rather than by Ninja's signature parsing, so 
 annotation.shapes the label, and the reason) rather than Ninja's 422 list of schema paths."""
 
 import json
+import re
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import pydantic
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Router, Schema
 
-from annotation import masks, selectors, services
+from annotation import mask_suggestions, masks, selectors, services
 from annotation.shapes import LabelsInvalid
 from core.errors import ServiceError
 from datasets import selectors as dataset_selectors
@@ -180,12 +181,32 @@ def pixels_get(request: HttpRequest, image_id: int):
     return HttpResponse(raw.data, content_type="application/octet-stream", headers=headers)
 
 
+MAX_DECIDED = 10_000
+
+
+def _decided_ids(request: HttpRequest) -> list[int]:
+    """`?accepted=1,2&rejected=3`: the mask suggestions a save decides, as one list."""
+    ids = []
+    for name in ("accepted", "rejected"):
+        for token in filter(None, request.GET.get(name, "").split(",")):
+            # Ids fit a bigint: a longer number would fail in the database, not here.
+            if not re.fullmatch(r"[0-9]{1,18}", token.strip()):
+                raise ServiceError(f"Send {name} suggestions as ids separated by commas.")
+            ids.append(int(token))
+    if len(ids) > MAX_DECIDED:
+        raise ServiceError(f"Decide at most {MAX_DECIDED:,} suggestions in one save.")
+    return ids
+
+
 @router.put("/images/{image_id}/mask")
 def mask_put(request: HttpRequest, image_id: int):
     """Replace a semantic image's mask: the body is the PNG (8-bit greyscale, each pixel its
     class index, 255 where no class is), `?revision=` the revision it was read at. A stale
-    revision gets 409 and nothing is written; a wrong size or a value outside the classes, 400."""
+    revision gets 409 and nothing is written; a wrong size or a value outside the classes, 400.
+    `&accepted=` / `&rejected=`: ids of this image's mask suggestions the new mask decides
+    (comma-separated); they are removed in the same commit."""
     access, image = _image(request, image_id, Perm.WRITE)
+    decided = _decided_ids(request)
     limit = masks.MASK_MAX_BYTES
     # Read from the stream: request.body would hold it to DATA_UPLOAD_MAX_MEMORY_SIZE, a form's.
     body = request.read(limit + 1)
@@ -196,7 +217,9 @@ def mask_put(request: HttpRequest, image_id: int):
     except ValueError:
         raise ServiceError("Send the revision the mask was read at (?revision=).") from None
     try:
-        saved = masks.mask_save(access=access, image=image, revision=revision, png=body)
+        saved = mask_suggestions.mask_save_deciding(
+            access=access, image=image, revision=revision, png=body, decided=decided
+        )
     except services.StaleRevision as exc:
         return JsonResponse({"detail": str(exc), "revision": exc.revision}, status=409)
     return JsonResponse(

@@ -11,15 +11,24 @@ from datasets.models import Dataset, DatasetClass, Image, LabelKind
 from training.models import TrainedModel
 from workspaces.models import Workspace, WorkspaceOwnedQuerySet
 
+MASK_KIND = "mask"
+SUGGESTION_KINDS = [*LabelKind.choices, (MASK_KIND, "Mask")]
+
 
 class Suggestion(models.Model):
-    """A shape a model proposed; it becomes a label only when a person accepts it."""
+    """A shape a model proposed; it becomes a label only when a person accepts it.
+
+    A semantic model proposes one "mask" row per class it found: `data` is that class's pixels
+    as COCO's uncompressed RLE ({"size": [h, w], "counts": [...]}, column-major), the format
+    the predict API answers with, and `confidence` its share of the image (a semantic model
+    has no per-class confidence). Accepting one paints it into the image's mask in the editor,
+    saved through the mask route; it is never a PixelMap before that."""
 
     image = models.ForeignKey(Image, on_delete=models.CASCADE, related_name="suggestions")
     dataset_class = models.ForeignKey(
         DatasetClass, on_delete=models.CASCADE, related_name="suggestions"
     )
-    kind = models.CharField(max_length=10, choices=LabelKind.choices)
+    kind = models.CharField(max_length=10, choices=SUGGESTION_KINDS)
     data = models.JSONField(default=list)
     confidence = models.FloatField()
     model = models.ForeignKey(TrainedModel, on_delete=models.CASCADE, related_name="suggestions")

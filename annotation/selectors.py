@@ -6,7 +6,7 @@ from django.middleware.csrf import get_token
 from django.urls import reverse
 
 from annotation.masks import depth_scale_of
-from annotation.models import PrelabelRun, Suggestion
+from annotation.models import MASK_KIND, PrelabelRun, Suggestion
 from datasets.models import Dataset, Image, Label, LabelStatus, Task
 from datasets.selectors.counts import class_label_counts
 from datasets.selectors.gallery import GalleryFilter, class_colour, filename_display, image_count
@@ -72,11 +72,14 @@ def suggestions_visible(image: Image, labels: list[dict]) -> list[dict]:
         return []
     from annotation import assist  # OpenCV: imported when first needed, not at start-up
 
+    # A semantic model's masks have no shapes to duplicate: the editor paints them.
+    shapes = [s for s in rows if s.kind != MASK_KIND]
     keep = assist.suggestions_filter(
-        [(s.kind, s.dataset_class_id, s.data) for s in rows],
+        [(s.kind, s.dataset_class_id, s.data) for s in shapes],
         [(lb["kind"], lb["class_id"], lb["data"]) for lb in labels],
         threshold=IOU_HIDE,
     )
+    hidden = {s.pk for s, kept in zip(shapes, keep, strict=True) if not kept}
     return [
         {
             "id": s.pk,
@@ -86,8 +89,8 @@ def suggestions_visible(image: Image, labels: list[dict]) -> list[dict]:
             "confidence": round(s.confidence, 4),
             "model": s.model.name,
         }
-        for s, kept in zip(rows, keep, strict=True)
-        if kept
+        for s in rows
+        if s.pk not in hidden
     ]
 
 

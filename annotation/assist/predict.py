@@ -17,23 +17,31 @@ from annotation.assist.geometry import _image_read, _normalised, _outline, _simp
 from training.weights_check import UnsafeWeights, checkpoint_loading_restrict, weights_check
 
 PREDICT_BATCH = 16
-# A segment model keeps a full-size mask per candidate until its batch is converted.
+# A segment model keeps a full-size mask per candidate until its batch is converted; a semantic
+# one a full-size class map per image.
 SEGMENT_BATCH = 4
 MAX_PREDICTIONS_PER_IMAGE = 100
 POLYGON_MAX_POINTS = 60
 # Candidates down to this fraction of `conf` are looked at, only to rank uncertainty.
 BELOW_CONF_FACTOR = 0.25
 MODEL_CACHE_SIZE = 2
+MASK_KIND = "mask"  # a semantic model's region of one class (annotation.models.MASK_KIND)
+NO_CLASS = 255  # a semantic mask's "no class here" (datasets.models.IGNORE_INDEX)
 
 
 @dataclass
 class Prediction:
     """One suggested label: `kind` and `data` as `datasets.models.Label` stores them;
-    `class_index` and `class_name` are the model's own (map them to the dataset's classes)."""
+    `class_index` and `class_name` are the model's own (map them to the dataset's classes).
+
+    A semantic model's suggestion is kind "mask": `data` is the class's pixels as COCO's
+    uncompressed RLE ({"size": [h, w], "counts": [...]}, column-major, first run 0s), the same
+    as the predict API answers, and `confidence` its share of the image's pixels (Ultralytics'
+    semantic results hold the argmax only, no per-class confidence)."""
 
     kind: str
     class_index: int
-    data: list[float]
+    data: list[float] | dict[str, Any]
     confidence: float
     class_name: str = ""
 
@@ -143,10 +151,62 @@ def _keypoints_data(box: list[float], xyn: np.ndarray, kconf: np.ndarray | None)
     return data
 
 
+def mask_rle(mask: np.ndarray) -> dict[str, Any]:
+    """COCO's uncompressed RLE of a boolean [h, w] mask (as deploy.inference.formats answers;
+    annotation may not import deploy)."""
+    flat = mask.ravel(order="F")
+    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    counts = np.diff(np.concatenate(([0], changes, [flat.size]))).tolist()
+    if flat.size and flat[0]:
+        counts = [0, *counts]  # COCO's counts start with the background's run
+    return {"size": [int(mask.shape[0]), int(mask.shape[1])], "counts": counts}
+
+
+def mask_from_rle(rle: Any) -> np.ndarray:
+    """A boolean [h, w] mask from `mask_rle`'s answer; AssistError unless the runs cover it."""
+    try:
+        height, width = (int(v) for v in rle["size"])
+        counts = np.asarray(rle["counts"], dtype=np.int64)
+    except (TypeError, KeyError, ValueError):
+        raise AssistError("A mask suggestion is not COCO RLE.") from None
+    if height < 1 or width < 1 or (counts < 0).any() or int(counts.sum()) != height * width:
+        raise AssistError("A mask suggestion's runs do not cover its image.")
+    values = np.zeros(len(counts), dtype=bool)
+    values[1::2] = True
+    return np.repeat(values, counts).reshape((height, width), order="F")
+
+
+def _semantic_predictions(data: Any, names: dict[int, str]) -> list[Prediction]:
+    """One "mask" suggestion per class present, largest first. A one-class model answers
+    foreground 1 / background 0 (as Results.summary reads it): its 1 is class 0."""
+    raw = data.cpu().numpy() if hasattr(data, "cpu") else np.asarray(data)
+    if len(names) == 1:
+        class_map = np.where(raw == 1, 0, NO_CLASS)
+    else:
+        class_map = np.where(np.isin(raw, [c for c in names if 0 <= c < NO_CLASS]), raw, NO_CLASS)
+    counts = np.bincount(class_map.astype(np.int64).ravel(), minlength=NO_CLASS + 1)
+    out = [
+        Prediction(
+            MASK_KIND,
+            index,
+            mask_rle(class_map == index),
+            int(counts[index]) / class_map.size,
+            names[index],
+        )
+        for index in np.flatnonzero(counts[:NO_CLASS]).tolist()
+    ]
+    return sorted(out, key=lambda p: -p.confidence)
+
+
 def _result_predictions(result: Any, conf: float, path: str | Path) -> ImagePredictions:
     """One Ultralytics result as Kestrel suggestions, with the image's uncertainty."""
     names = result.names
     out = ImagePredictions(image_path=str(path))
+    semantic = getattr(result, "semantic_mask", None)
+    if semantic is not None:
+        # No uncertainty (0): Ultralytics' semantic results keep no class probabilities.
+        out.predictions = _semantic_predictions(semantic.data, names)
+        return out
     if result.probs is not None:  # a classifier: its top-1, and any other top-5 above conf
         probs = result.probs
         for rank, (index, prob) in enumerate(
@@ -199,15 +259,16 @@ def model_predict(
 
     detect -> box, segment -> polygon (at most 60 points), pose -> keypoints (v 2 when the
     keypoint's confidence is >= 0.5, else 1; 0,0,0 where the model placed none), obb -> obb,
-    classify -> tag (the top-1 class always, other top-5 classes at or above `conf`). At most
-    100 suggestions an image. `imgsz` None uses the size the model was trained at.
+    classify -> tag (the top-1 class always, other top-5 classes at or above `conf`), semantic ->
+    one mask per class present (see Prediction; `conf` does not apply). At most 100
+    suggestions an image. `imgsz` None uses the size the model was trained at.
     """
     if not 0 < conf <= 1:
         raise AssistError("The confidence threshold must be between 0 and 1.")
     if not image_paths:
         return []
     model, lock = _model_load(weights_path, "yolo")
-    batch = SEGMENT_BATCH if model.task == "segment" else PREDICT_BATCH
+    batch = SEGMENT_BATCH if model.task in ("segment", "semantic") else PREDICT_BATCH
     options: dict[str, Any] = {
         "conf": conf * BELOW_CONF_FACTOR,
         "device": device,

@@ -1,6 +1,7 @@
 // Per-pixel tasks in the editor. Semantic: a mask of class indexes painted over the image (brush,
-// eraser, polygon fill, a GrabCut region to accept), undone and redone by rectangles, autosaved
-// as an 8-bit greyscale PNG made here. Depth: the image and its colour-mapped depth map side by
+// eraser, polygon fill, a GrabCut region to accept, a semantic model's proposed mask to accept
+// whole or per class), undone and redone by rectangles, autosaved as an 8-bit greyscale PNG made
+// here. Depth: the image and its colour-mapped depth map side by
 // side, the value under the cursor in metres.
 //
 // The mask lives in a Uint8Array of the image's full size (255 = no class). What is on screen
@@ -18,6 +19,8 @@ const DEFAULT_BRUSH = 5; // index into BRUSH_SIZES: 12 px
 const CLOSE_PX = 8; // a click this near the first point closes the polygon
 const UNDO_BYTES = 256 * 1024 * 1024; // before + after pixels kept for undo, at most
 const CLICK_PX = 3;
+const STRIPE_PX = 8; // a power of two: the width of a suggestion's diagonal bands
+const PROPOSAL_ALPHA = [150, 40]; // a suggestion's two bands: translucent, fainter
 
 const clamp = (v, lo, hi) => (v < lo ? lo : v > hi ? hi : v);
 
@@ -109,6 +112,31 @@ export async function pngEncodeGrey(values, width, height) {
   return new Blob(parts, { type: "image/png" });
 }
 
+/** Sets `value` on the pixels of a COCO uncompressed RLE ({size: [h, w], counts}, column-major,
+ * first run 0s) in `values` (rows of `width`); false when the RLE is not of this size. */
+export function rleFill(rle, values, width, height, value) {
+  if (!rle || !Array.isArray(rle.size) || rle.size[0] !== height || rle.size[1] !== width) return false;
+  let p = 0;
+  const end = width * height;
+  for (let k = 0; k < rle.counts.length; k++) {
+    const n = rle.counts[k];
+    if (k % 2) {
+      let left = Math.min(n, end - p);
+      while (left > 0) {
+        const x = Math.floor(p / height);
+        const y = p - x * height;
+        const run = Math.min(left, height - y);
+        for (let i = 0, at = y * width + x; i < run; i++, at += width) values[at] = value;
+        p += run;
+        left -= run;
+      }
+    } else {
+      p += n;
+    }
+  }
+  return p === end;
+}
+
 // --- colours -----------------------------------------------------------------------------------
 
 /** RGBA as one little-endian Uint32 (what a Uint32Array over ImageData holds). */
@@ -137,10 +165,11 @@ function turbo(t) {
 // --- the offscreen picture of a map -----------------------------------------------------------
 
 /** A full-size canvas of `values` coloured through `lut` (value → packed RGBA), rewritten a
- * rectangle at a time, with a smaller copy drawn when zoomed out. */
+ * rectangle at a time, with a smaller copy drawn when zoomed out. With `stripes` (a second
+ * lut), diagonal bands alternate between the two: how a suggestion shows it is not painted. */
 class PixelLayer {
-  constructor(width, height, values, lut) {
-    Object.assign(this, { width, height, values, lut });
+  constructor(width, height, values, lut, stripes = null) {
+    Object.assign(this, { width, height, values, lut, stripes });
     this.canvas = document.createElement("canvas");
     this.canvas.width = width;
     this.canvas.height = height;
@@ -177,7 +206,7 @@ class PixelLayer {
     const d = this.dirty;
     if (!d) return;
     this.dirty = null;
-    const { width, values, lut } = this;
+    const { width, values, lut, stripes } = this;
     const band = Math.max(1, Math.floor((4 * 1024 * 1024) / (d.x1 - d.x0))); // ≤ 16 MB ImageData
     for (let top = d.y0; top < d.y1; top += band) {
       const bottom = Math.min(d.y1, top + band);
@@ -187,7 +216,11 @@ class PixelLayer {
       let o = 0;
       for (let y = top; y < bottom; y++) {
         let i = y * width + d.x0;
-        for (let x = 0; x < w; x++) out[o++] = lut[values[i++]];
+        if (stripes) {
+          for (let x = d.x0; x < d.x0 + w; x++) out[o++] = ((x + y) & STRIPE_PX ? stripes : lut)[values[i++]];
+        } else {
+          for (let x = 0; x < w; x++) out[o++] = lut[values[i++]];
+        }
       }
       this.ctx.putImageData(image, d.x0, top);
     }
@@ -681,6 +714,14 @@ class SemanticPixels {
     this.brushIndex = DEFAULT_BRUSH;
     this.opacity = 0.6;
     this.suggestion = null; // {points: [[x, y], ...]} in image pixels
+    // A semantic model's proposal: its rows (one a class, as the server sent them), what was
+    // decided about each (id → "accepted" | "rejected"), and the ids a finished save carried.
+    this.rows = [];
+    this.decided = new Map();
+    this.settled = new Set();
+    this.sent = [];
+    this.proposal = null; // {values: Uint8Array, layer: PixelLayer} of the undecided rows
+    this.asking = false;
     this.ready = false;
     this.coverage = new Map();
     const root = app.root;
@@ -690,6 +731,11 @@ class SemanticPixels {
       opacityValue: $(root, "[data-testid=mask-opacity-value]"),
       regionActions: $(root, "[data-testid=region-actions]"),
       message: $(root, "[data-testid=mask-message]"),
+      model: $(root, "[data-testid=mask-model-picker]"),
+      suggest: $(root, "[data-testid=mask-suggest]"),
+      progress: $(root, "[data-testid=mask-assist-progress]"),
+      proposal: $(root, "[data-testid=mask-proposal]"),
+      list: $(root, "[data-testid=mask-suggestion-list]"),
     };
     this.tools = {};
     if (this.ed.canEdit) {
@@ -714,23 +760,41 @@ class SemanticPixels {
   adoptEditor() {
     const ed = this.ed;
     const mask = this.mask;
-    ed.undo = () => ed.canEdit && this.busyFree() && mask.undo() && this.changed();
-    ed.redo = () => ed.canEdit && this.busyFree() && mask.redo() && this.changed();
+    // An accepted suggestion is a mask step: undoing it offers the suggestion again.
+    ed.undo = () => {
+      if (!ed.canEdit || !this.busyFree()) return false;
+      const step = mask.steps[mask.at - 1];
+      if (!mask.undo()) return false;
+      if (step.accepted) this.decide(step.accepted, null);
+      return this.changed();
+    };
+    ed.redo = () => {
+      if (!ed.canEdit || !this.busyFree()) return false;
+      const step = mask.steps[mask.at];
+      if (!mask.redo()) return false;
+      if (step.accepted) this.decide(step.accepted, "accepted");
+      return this.changed();
+    };
     ed.counts = () => this.coverage;
-    const api = { put: (url, body) => this.put(url, body.revision) };
+    // The model's masks are drawn and decided here, not as the editor's dashed shapes.
+    ed.suggestions = () => [];
+    const api = { put: (url, body) => this.put(url, body) };
     ed.saver = new Saver({
       api,
       url: ed.data.mask_url,
       revision: 0,
-      payload: () => ({}),
+      payload: () => this.decisions(),
       onState: (state, message, details) => ed.emit("save", { state, message, details }),
-      onSaved: (answer) => ed.setReview(answer.status, answer.review_comment),
+      onSaved: (answer) => {
+        for (const id of this.sent) this.settled.add(id);
+        ed.setReview(answer.status, answer.review_comment);
+      },
       delay: 600,
     });
   }
 
   busyFree() {
-    return !this.app.tool.last && !this.app.tool.rect;
+    return !this.app.tool.last && !this.app.tool.rect && !this.app.tool.busy;
   }
 
   palette() {
@@ -753,6 +817,7 @@ class SemanticPixels {
       this.mask.load(answer.values);
     }
     this.ed.saver.revision = answer.revision;
+    this.adoptSuggestions(this.ed.serverSuggestions);
     // editor.load() made a label history: the buttons follow the mask's instead.
     this.ed.history = { canUndo: () => this.mask.canUndo(), canRedo: () => this.mask.canRedo() };
     this.layer.markAll();
@@ -869,6 +934,158 @@ class SemanticPixels {
     this.app.renderer.request();
   }
 
+  // --- a semantic model's suggestion -------------------------------------------------------
+
+  /** The server's mask suggestions (labels_payload's): those not decided here are shown. */
+  adoptSuggestions(list) {
+    // Only those who can accept one see it: to a viewer it would look like the mask.
+    const rows = this.ed.canEdit ? list || [] : [];
+    this.rows = rows.filter((s) => s.kind === "mask" && this.ed.classById(s.class_id));
+    this.renderProposal();
+  }
+
+  open() {
+    return this.rows.filter((s) => !this.decided.has(s.id));
+  }
+
+  /** Marks rows `what` ("accepted", "rejected", or null: undecided again) and redraws. */
+  decide(ids, what) {
+    for (const id of ids) {
+      if (what) this.decided.set(id, what);
+      else this.decided.delete(id);
+    }
+    this.renderProposal();
+  }
+
+  /** What the next save tells the server: decisions it has not carried yet. */
+  decisions() {
+    const accepted = [];
+    const rejected = [];
+    for (const [id, what] of this.decided) {
+      if (!this.settled.has(id)) (what === "accepted" ? accepted : rejected).push(id);
+    }
+    return { accepted, rejected };
+  }
+
+  async suggest() {
+    const modelId = this.el.model ? Number(this.el.model.value) : NaN;
+    if (!modelId || this.asking) return;
+    this.asking = true;
+    this.say("");
+    if (this.el.progress) this.el.progress.hidden = false;
+    if (this.el.suggest) this.el.suggest.disabled = true;
+    const { ok, data } = await this.app.api.post(this.ed.data.suggest_url, { model_id: modelId });
+    this.asking = false;
+    if (this.el.progress) this.el.progress.hidden = true;
+    if (this.el.suggest) this.el.suggest.disabled = false;
+    if (!ok) return this.say(data.detail, true);
+    this.decided = new Map([...this.decided].filter(([id]) => this.settled.has(id)));
+    this.adoptSuggestions(data.suggestions);
+    const n = this.open().length;
+    this.say(n ? "The model's mask is shown striped: Enter fills the pixels with no class yet from it, Esc discards it." : "The model found none of this dataset's classes here.");
+  }
+
+  /** Fills the pixels that have no class yet from the open rows (all, or those in `ids`): one
+   * undo step. What was painted stays. */
+  accept(ids = null) {
+    const rows = this.open().filter((s) => ids === null || ids.includes(s.id));
+    if (!rows.length || !this.proposal) return false;
+    const take = new Uint8Array(256);
+    for (const s of rows) take[this.ed.classById(s.class_id).index] = 1;
+    const { values } = this.mask;
+    const proposed = this.proposal.values;
+    const { width } = this;
+    let x0 = Infinity;
+    let y0 = Infinity;
+    let x1 = -1;
+    let y1 = -1;
+    for (let i = 0; i < proposed.length; i++) {
+      const v = proposed[i];
+      if (v === IGNORE || !take[v] || values[i] !== IGNORE) continue;
+      values[i] = v;
+      const x = i % width;
+      const y = (i - x) / width;
+      if (x < x0) x0 = x;
+      if (x > x1) x1 = x;
+      if (y < y0) y0 = y;
+      y1 = y;
+    }
+    const chosen = rows.map((s) => s.id);
+    this.decide(chosen, "accepted");
+    if (x1 >= 0) this.mask.grow(x0, y0, x1 + 1, y1 + 1);
+    if (this.mask.record()) {
+      this.mask.steps[this.mask.at - 1].accepted = chosen;
+      this.changed();
+      this.say(`Accepted ${rows.length === 1 ? this.ed.nameOf(rows[0].class_id) : "the model's mask"}.`);
+    } else {
+      this.say("Every pixel it covers is painted already: nothing to fill.");
+    }
+    this.app.renderer.request();
+    return true;
+  }
+
+  discard(ids = null) {
+    const rows = this.open().filter((s) => ids === null || ids.includes(s.id));
+    if (!rows.length) return false;
+    this.decide(rows.map((s) => s.id), "rejected");
+    this.say(rows.length === 1 && ids ? `Discarded ${this.ed.nameOf(rows[0].class_id)}.` : "Discarded the model's mask.");
+    return true;
+  }
+
+  /** The open rows as a striped layer, and their list with Accept / Discard per class. */
+  renderProposal() {
+    const rows = this.open();
+    this.proposal = null;
+    if (rows.length) {
+      const values = new Uint8Array(this.width * this.height).fill(IGNORE);
+      for (const s of rows) {
+        if (!rleFill(s.data, values, this.width, this.height, this.ed.classById(s.class_id).index)) {
+          this.say("A suggested mask is not of this image's size; ask the model again.", true);
+          this.rows = [];
+          return this.renderProposal();
+        }
+      }
+      const [strong, faint] = PROPOSAL_ALPHA.map((alpha) => {
+        const lut = new Uint32Array(256);
+        for (const c of this.ed.classes) if (c.index < 255) lut[c.index] = hexPacked(c.color, alpha);
+        return lut;
+      });
+      const layer = new PixelLayer(this.width, this.height, values, strong, faint);
+      layer.markAll();
+      this.proposal = { values, layer };
+    }
+    if (this.el.proposal) this.el.proposal.hidden = !rows.length;
+    const list = this.el.list;
+    if (list) {
+      list.replaceChildren();
+      for (const s of rows) {
+        const li = document.createElement("li");
+        li.dataset.suggestionId = s.id;
+        const swatch = document.createElement("span");
+        swatch.className = "swatch";
+        swatch.style.background = this.ed.colorOf(s.class_id);
+        const name = document.createElement("span");
+        const share = s.confidence * 100;
+        name.textContent = `${this.ed.nameOf(s.class_id)} ${share.toFixed(share < 1 ? 2 : 1)}%`;
+        name.title = `Share of the image's pixels, from ${s.model}`;
+        const yes = document.createElement("button");
+        yes.type = "button";
+        yes.className = "small";
+        yes.textContent = "Accept";
+        yes.dataset.testid = "mask-suggestion-accept";
+        yes.addEventListener("click", () => this.accept([s.id]));
+        const no = document.createElement("button");
+        no.type = "button";
+        no.className = "small secondary";
+        no.textContent = "Discard";
+        no.addEventListener("click", () => this.discard([s.id]));
+        li.append(swatch, name, yes, no);
+        list.append(li);
+      }
+    }
+    this.app.renderer.request();
+  }
+
   say(text, error = false) {
     const el = this.el.message;
     if (!el) return;
@@ -879,12 +1096,17 @@ class SemanticPixels {
 
   // --- saving -------------------------------------------------------------------------------
 
-  /** The Saver's PUT: the mask as a PNG, the revision in the query. Answers as Api.request. */
-  async put(url, revision) {
+  /** The Saver's PUT: the mask as a PNG; the revision, and the suggestions this save decides,
+   * in the query. Answers as Api.request. */
+  async put(url, { revision, accepted, rejected }) {
     let response;
+    const query = new URLSearchParams({ revision: String(revision) });
+    if (accepted.length) query.set("accepted", accepted.join(","));
+    if (rejected.length) query.set("rejected", rejected.join(","));
+    this.sent = [...accepted, ...rejected];
     try {
       const png = await pngEncodeGrey(this.mask.values, this.width, this.height);
-      response = await fetch(`${url}?revision=${encodeURIComponent(revision)}`, {
+      response = await fetch(`${url}?${query}`, {
         method: "PUT",
         credentials: "same-origin",
         headers: { "Content-Type": "image/png", Accept: "application/json", "X-CSRFToken": this.app.api.csrfToken },
@@ -912,6 +1134,10 @@ class SemanticPixels {
     for (const btn of this.app.root.querySelectorAll("[data-region]")) {
       btn.addEventListener("click", () => (btn.dataset.region === "accept" ? this.acceptRegion() : this.discardRegion()));
     }
+    el.suggest?.addEventListener("click", () => this.suggest());
+    for (const btn of this.app.root.querySelectorAll("[data-proposal]")) {
+      btn.addEventListener("click", () => (btn.dataset.proposal === "accept" ? this.accept() : this.discard()));
+    }
   }
 
   /** Keys of the mask, before the tool's own and the editor's; true when taken. */
@@ -926,6 +1152,9 @@ class SemanticPixels {
     if (mod || event.altKey || !this.ed.canEdit) return false;
     if (this.suggestion && key === "Enter") return this.acceptRegion();
     if (this.suggestion && (lower === "x" || key === "Escape")) return this.discardRegion();
+    // Not while a stroke, a box or a polygon fill is under way: Enter and Esc are theirs then.
+    if (this.proposal && this.busyFree() && key === "Enter") return this.accept();
+    if (this.proposal && this.busyFree() && key === "Escape") return this.discard();
     if (key === "[") return this.setBrush(-1) || true;
     if (key === "]") return this.setBrush(1) || true;
     const tool = { b: "brush", e: "eraser", p: "fill", s: "smart" }[lower];
@@ -939,6 +1168,7 @@ class SemanticPixels {
   draw(ctx, view) {
     if (!this.ready) return;
     this.layer.draw(ctx, view, 0, this.opacity);
+    this.proposal?.layer.draw(ctx, view, 0, 1);
     const s = this.suggestion;
     if (!s) return;
     ctx.beginPath();
@@ -971,6 +1201,10 @@ class SemanticPixels {
       histogram: () => Object.fromEntries([...this.mask.histogram()].map((n, v) => [v, n]).filter(([, n]) => n)),
       at: (x, y) => this.mask.values[Math.floor(y) * this.width + Math.floor(x)],
       suggestion: () => (this.suggestion ? this.suggestion.points.map((p) => p.slice()) : null),
+      /** The model's open mask suggestions: [{id, class_id, share}]. */
+      proposal: () => this.open().map((s) => ({ id: s.id, class_id: s.class_id, share: s.confidence })),
+      /** The class index the open suggestions propose at (x, y), 255 for none. */
+      proposedAt: (x, y) => (this.proposal ? this.proposal.values[Math.floor(y) * this.width + Math.floor(x)] : IGNORE),
     });
   }
 }
