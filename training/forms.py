@@ -3,9 +3,13 @@
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 
 from datasets.models import DatasetVersion, Task
+from training.estimator import version_images
 from training.models import ModelFamily, ModelSize, TrainedModel, WeightsSource
+from training.pretrained_fetch import SourceReach, weights_source_reach
+from training.recipes import RECIPES, SMALL_DATASET_IMAGES, recipe_default
 from training.services.arguments import (
     PretrainedWeights,
     TrainParams,
@@ -84,6 +88,12 @@ class TrainForm(forms.Form):
         label="Model to fine-tune",
         help_text="Only with “A previous Kestrel model”, whose own family and size it keeps.",
     )
+    recipe = forms.ChoiceField(
+        choices=[(r.slug, r.name) for r in RECIPES],
+        required=False,
+        widget=forms.RadioSelect,
+        help_text="A recipe fills the fields below; change any of them before you start.",
+    )
     epochs = forms.IntegerField(initial=100)
     imgsz = forms.IntegerField(
         label="Image size", initial=640, help_text="Pixels, a multiple of 32."
@@ -104,11 +114,6 @@ class TrainForm(forms.Form):
         help_text="YAML, one “name: value” per line.",
     )
     notify_email = forms.BooleanField(required=False, label="Email me when it ends")
-    train_anyway = forms.BooleanField(
-        required=False,
-        label="Train anyway",
-        help_text="Train on the version despite the warnings of its data checks.",
-    )
     budget_cap = forms.DecimalField(
         required=False,
         min_value=Decimal("0.01"),
@@ -128,16 +133,56 @@ class TrainForm(forms.Form):
         self.fields["base_model"].choices = [("", "—"), *grouped.items()]
         self.fields["optimizer"].choices = [(n, n) for n in ultralytics_config().optimizers]
         self.version_tasks = {str(v.pk): v.dataset.task for v in versions}
-        # The pretrained weights of the model the form shows: offered only when this server
-        # has them or may download them, and then the default.
+        self.version_train_images = {str(v.pk): version_images(v)[0] for v in versions}
+        # Whether a download can work, asked once in a while and only where downloads are on.
+        self.reach: SourceReach | None = (
+            weights_source_reach() if settings.TRAINING_ALLOW_DOWNLOADS else None
+        )
+        # The pretrained weights of the model the form shows: offered when this server has them
+        # or may download them; the default only when they are here or the download's source
+        # answered, else "From scratch", which always runs (weights_note says why).
         self.pretrained = pretrained_weights_find(*self._model_shown())
+        self.pretrained_note = self.weights_note(self.pretrained)
         if not self.pretrained.available:
             self.fields["weights"].widget.unavailable = {WeightsSource.PRETRAINED}
-        if not self.is_bound and "weights" not in self.initial:
-            default = (
-                WeightsSource.PRETRAINED if self.pretrained.available else WeightsSource.SCRATCH
+        if not self.is_bound:
+            if "weights" not in self.initial:
+                default = (
+                    WeightsSource.PRETRAINED
+                    if self.weights_ready(self.pretrained)
+                    else WeightsSource.SCRATCH
+                )
+                self.initial = {**self.initial, "weights": default}
+            self._recipe_initial()
+
+    def weights_ready(self, found: PretrainedWeights) -> bool:
+        """Pretrained weights a job will surely get: here, or a download seen to work."""
+        return found.present or (
+            found.downloadable and self.reach is not None and self.reach.reachable
+        )
+
+    def weights_note(self, found: PretrainedWeights) -> str:
+        """What the form says of the pretrained choice for one model."""
+        if not found.downloadable or self.reach is None:
+            return found.note
+        if self.reach.reachable:
+            return (
+                f"{found.name} is downloaded from {self.reach.host} when the job starts "
+                f"({self.reach.sentence})"
             )
-            self.initial = {**self.initial, "weights": default}
+        return (
+            f"{found.name} would be downloaded from {self.reach.host} when the job starts, but "
+            f"{self.reach.sentence}, so “From scratch” is the default: it needs nothing. Put "
+            f"{found.name} in {found.folder} to start from it"
+        )
+
+    def _recipe_initial(self) -> None:
+        """The default recipe for the version and weights shown, and the fields it fills."""
+        version = self["dataset_version"].value()
+        train_images = self.version_train_images.get(str(getattr(version, "pk", version)), 0)
+        recipe = recipe_default(train_images=train_images, weights=self.initial["weights"])
+        filled = {"recipe": recipe.slug, **recipe.fields(train_images=train_images)}
+        self.initial = {**filled, **self.initial}
 
     def _model_shown(self) -> tuple[str, str, str]:
         """(family, size, task) as the form shows them now, read leniently."""
@@ -160,9 +205,23 @@ class TrainForm(forms.Form):
                     found: PretrainedWeights = pretrained_weights_find(family, size, task)
                     weights[f"{family} {size} {task}"] = {
                         "available": found.available,
-                        "note": found.note,
+                        "ready": self.weights_ready(found),
+                        "note": self.weights_note(found),
                     }
-        return {"weights": weights, "version_tasks": self.version_tasks}
+        return {
+            "weights": weights,
+            "version_tasks": self.version_tasks,
+            "version_train_images": self.version_train_images,
+            "recipes": {
+                r.slug: {"fields": r.fields(train_images=0), "batch": r.batch} for r in RECIPES
+            },
+            "small_dataset_images": SMALL_DATASET_IMAGES,
+        }
+
+    def recipes(self) -> list[dict]:
+        """Each recipe with its radio and the arguments it sets, for the template."""
+        radios = {str(radio.data["value"]): radio for radio in self["recipe"]}
+        return [{"recipe": r, "radio": radios[r.slug]} for r in RECIPES]
 
     def clean(self):
         data = super().clean()

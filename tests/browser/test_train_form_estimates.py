@@ -29,7 +29,7 @@ def test_the_estimates_load_after_the_form_and_follow_the_last_change(
     page.goto(f"/w/acme/projects/{project.pk}/train/")
     box = page.locator("[data-testid=estimates]")
     page.wait_for_function(IDLE, timeout=120_000)
-    assert "100 epochs at 640 px" in box.inner_text()
+    assert "20 epochs at 128 px" in box.inner_text()
     assert page.get_by_test_id("estimate-local").count() == 1
 
     # A new model size is measured afresh (seconds); the epochs typed meanwhile must not be
@@ -41,9 +41,9 @@ def test_the_estimates_load_after_the_form_and_follow_the_last_change(
     page.fill("input[name=epochs]", "7")
     page.press("input[name=epochs]", "Tab")
     page.wait_for_function(
-        "() => document.getElementById('estimates').innerText.includes('7 epochs at 640 px')",
+        "() => document.getElementById('estimates').innerText.includes('7 epochs at 128 px')",
         timeout=120_000,
     )
     page.wait_for_function(IDLE, timeout=120_000)
-    assert "7 epochs at 640 px" in box.inner_text()
+    assert "7 epochs at 128 px" in box.inner_text()
     assert not browser_problems.console_errors and not browser_problems.page_errors

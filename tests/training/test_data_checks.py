@@ -122,23 +122,19 @@ def test_coco8_has_no_error_and_its_warnings_name_what_val_lacks(coco8):
     assert (check.train_images, check.val_images) == (4, 4)
 
 
-def test_the_form_refuses_coco8_naming_its_warnings_until_train_anyway_is_ticked(
+def test_the_form_lists_coco8s_warnings_as_notes_and_starts_it(
     client, team, project, coco8, gpu_local
 ):
+    """Warnings inform, errors block (issue 33): the form says so before the click, and its
+    start button trains a version whose findings are all warnings."""
     client.force_login(team.editor)
     form = _text(client.get(_url("job_create", pk=project.pk), {"version": coco8.pk}))
-    assert 'data-testid="train-anyway"' in form  # offered: the version has warnings only
+    notes = re.search(r'data-testid="checks-notes">(.*?)</div>', form, re.S).group(1)
+    assert "training goes ahead" in notes
+    assert "6 classes have no labels in val: “zebra”" in notes
+    assert 'data-testid="checks-blocking"' not in form and "Train anyway" not in form
 
-    refused = client.post(_url("job_create", pk=project.pk), _form(coco8, gpu_local))
-    assert refused.status_code == 400
-    page = _text(refused)
-    errors = re.search(r'data-testid="form-errors">(.*?)</div>', page, re.S).group(1)
-    assert "coco8 v1 has 2 warnings: 6 classes have no labels in val: “zebra”" in errors
-    assert "Classes without labels: 68" in errors and TICK in errors
-    assert TrainingJob.objects.count() == 0
-
-    data = _form(coco8, gpu_local, train_anyway="1")
-    response = client.post(_url("job_create", pk=project.pk), data)
+    response = client.post(_url("job_create", pk=project.pk), _form(coco8, gpu_local))
     job = TrainingJob.objects.get()
     assert response.status_code == 302 and response.url == _url("job_detail", pk=job.pk)
     assert job.state == JobState.QUEUED and job.dataset_version == coco8
@@ -190,7 +186,8 @@ def test_a_version_with_no_labels_is_refused_even_with_train_anyway(
 
     client.force_login(team.editor)
     form = _text(client.get(_url("job_create", pk=project.pk), {"version": empty.pk}))
-    assert 'data-testid="train-anyway"' not in form  # nothing to tick past an error
+    blocking = re.search(r'data-testid="checks-blocking">(.*?)</div>', form, re.S).group(1)
+    assert "Blocks training" in blocking and "No labels at all" in blocking
     response = client.post(
         _url("job_create", pk=project.pk), _form(empty, gpu_local, train_anyway="1")
     )

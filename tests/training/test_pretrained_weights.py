@@ -17,8 +17,9 @@ from django.urls import reverse
 
 from core.errors import ServiceError
 from tests.training.helpers import job_reload
+from tests.training.weights_source import weights_source_down, weights_source_up  # noqa: F401
 from training.models import AttemptEnd, FailureKind, JobState, LogChunk, TrainingJob
-from training.services.arguments import TrainParams
+from training.services.arguments import TrainParams, pretrained_weights_find
 from training.services.jobs import job_resume, job_submit
 from training.supervisor import run_job
 
@@ -154,18 +155,82 @@ def test_weights_in_the_folder_are_offered_picked_and_accepted(
     assert job.weights == "pretrained" and job.model_name == "yolo11n"
 
 
-def test_with_downloads_on_the_form_says_the_job_downloads_them(
-    client, team, project, detect_version, gpu_local, weights_dir, settings
+def test_with_downloads_on_and_the_source_reached_the_form_picks_the_download(
+    client,
+    team,
+    project,
+    detect_version,
+    gpu_local,
+    weights_dir,
+    weights_source_up,  # noqa: F811
 ):
-    settings.TRAINING_ALLOW_DOWNLOADS = True
     client.force_login(team.editor)
     page = client.get(_url("job_create", pk=project.pk)).content.decode()
 
     assert "disabled" not in _radio(page, "pretrained") and "checked" in _radio(page, "pretrained")
-    assert _note(page) == (
-        "Pretrained: yolo26n.pt is downloaded from Ultralytics when the job starts; a worker "
-        "without internet access fails it at once."
+    note = html.unescape(_note(page))
+    assert re.fullmatch(
+        r"Pretrained: yolo26n\.pt is downloaded from 127\.0\.0\.1 when the job starts "
+        r"\(the server reached 127\.0\.0\.1 at \d\d:\d\d\)\.",
+        note,
+    ), note
+    assert _choices(page)["weights"]["yolo11 n detect"]["ready"] is True
+    # Checked once: the next page reads the answer from the cache.
+    client.get(_url("job_create", pk=project.pk))
+    assert weights_source_up.heads == 1
+
+
+def test_with_downloads_on_and_the_source_unreachable_the_form_picks_scratch_and_says_why(
+    client,
+    team,
+    project,
+    detect_version,
+    gpu_local,
+    weights_dir,
+    weights_source_down,  # noqa: F811
+):
+    client.force_login(team.editor)
+    page = client.get(_url("job_create", pk=project.pk)).content.decode()
+
+    # Still offered (a person who knows the worker is online may pick it), not the default.
+    assert "disabled" not in _radio(page, "pretrained") and "checked" not in _radio(
+        page, "pretrained"
     )
+    assert "checked" in _radio(page, "scratch")
+    note = html.unescape(_note(page))
+    assert re.fullmatch(
+        r"Pretrained: yolo26n\.pt would be downloaded from 127\.0\.0\.1 when the job starts, "
+        r"but the server could not reach 127\.0\.0\.1 at \d\d:\d\d \(connection refused\), "
+        rf"so “From scratch” is the default: it needs nothing\. Put yolo26n\.pt in "
+        rf"{re.escape(str(weights_dir))}/ to start from it\.",
+        note,
+    ), note
+    assert _choices(page)["weights"]["yolo11 n detect"] == {
+        "available": True,
+        "ready": False,
+        "note": _choices(page)["weights"]["yolo11 n detect"]["note"],
+    }
+
+
+def test_weights_in_ultralytics_own_folder_are_offered_and_trained_from(
+    client, team, project, detect_version, gpu_local, weights_dir, tmp_path, monkeypatch
+):
+    """A checkpoint the server's own Ultralytics downloaded before (its settings' weights_dir)
+    is offered first, and what the job would start from."""
+    cached = tmp_path / "ultralytics-weights"
+    cached.mkdir()
+    (cached / "yolo26n.pt").write_bytes(b"the form only asks whether it is there")
+    config = tmp_path / "yolo-config"
+    (config / "Ultralytics").mkdir(parents=True)
+    (config / "Ultralytics" / "settings.json").write_text(json.dumps({"weights_dir": str(cached)}))
+    monkeypatch.setenv("YOLO_CONFIG_DIR", str(config))
+    client.force_login(team.editor)
+    page = client.get(_url("job_create", pk=project.pk)).content.decode()
+
+    assert "checked" in _radio(page, "pretrained")
+    assert _note(page) == f"Pretrained: yolo26n.pt, from {cached}/."
+    found = pretrained_weights_find("yolo26", "n", "detect")
+    assert found.present and found.path == cached / "yolo26n.pt"  # the supervisor's model
 
 
 # --- the run -------------------------------------------------------------------------------------

@@ -73,7 +73,8 @@ def test_form_lists_versions_and_machines_with_unavailable_ones_disabled(
     assert "Its provider, SkyPilot, is not configured on this server." in h200
     for name in ("epochs", "imgsz", "patience", "seed"):
         assert f'name="{name}"' in page
-    assert 'name="epochs" value="100"' in page and 'name="imgsz" value="640"' in page
+    # A small version from scratch: the small-dataset recipe's numbers (training/recipes.py).
+    assert 'name="epochs" value="20"' in page and 'name="imgsz" value="128"' in page
     assert "<details" in page and 'name="extra_args"' in page
     assert 'name="quick_test"' in page and "Start training" in page
 
@@ -136,11 +137,11 @@ def test_a_version_with_classes_missing_from_val_trains_and_says_what_is_not_mea
     assert "“zebra”" in warning.group(1) and "no labels in val" in warning.group(1)
     assert "cannot be measured" in warning.group(1)
     assert "move some of their images to val" in warning.group(1)
-    # The form lists the same sentence among the version's data checks, and starts the job
-    # once “Train anyway” is ticked (tests/training/test_data_checks.py: without it, refused).
+    # The form lists the same sentence among the version's notes, and starts the job: a
+    # warning informs (tests/training/test_data_checks.py).
     form = _text(client.get(_url("job_create", pk=project.pk), {"version": version.pk}))
-    assert warning.group(1) in form and 'data-testid="train-anyway"' in form
-    data = _form(version, gpu_local, train_anyway="1")
+    assert warning.group(1) in form and 'data-testid="checks-notes"' in form
+    data = _form(version, gpu_local)
     response = client.post(_url("job_create", pk=project.pk), data)
     job = TrainingJob.objects.get()
     assert response.status_code == 302 and response.url == _url("job_detail", pk=job.pk)

@@ -25,6 +25,7 @@ from django.core.cache import cache
 from core.errors import ServiceError
 from datasets.models import Task
 from training.models import ModelFamily, ModelSize, WeightsSource
+from training.pretrained_fetch import ultralytics_cached_weights
 from training.services.version_cache import version_cache_get, version_cache_set
 
 EXTRA_ARGS_MAX_BYTES = 10 * 1024
@@ -445,9 +446,10 @@ def _model_reason(family: str, size: str, task: str) -> str | None:
 
 @dataclass(frozen=True)
 class PretrainedWeights:
-    """A job's pretrained checkpoint: on this server (TRAINING_WEIGHTS_DIR), to be downloaded
-    while the job prepares (TRAINING_ALLOW_DOWNLOADS), or not to be had. The training form, the
-    submit and the supervisor all ask pretrained_weights_find, so a job is never started for
+    """A job's pretrained checkpoint: on this server (TRAINING_WEIGHTS_DIR, or the weights folder
+    of the server's own Ultralytics settings), to be downloaded while the job prepares
+    (TRAINING_ALLOW_DOWNLOADS), or not to be had. The training form, the submit and the
+    supervisor all ask pretrained_weights_find, so a job is never started for
     weights it cannot have."""
 
     name: str  # yolo11n-seg.pt
@@ -503,6 +505,9 @@ def pretrained_weights_find(family: str, size: str, task: str) -> PretrainedWeig
     name = f"{family}{size}{TASK_SUFFIXES[task]}.pt"
     path = Path(settings.TRAINING_WEIGHTS_DIR) / name
     exists = _model_yaml_exists(family, task)
+    if exists and not path.is_file():
+        # One the person's own Ultralytics downloaded before is used where it is.
+        path = ultralytics_cached_weights(name) or path
     present = exists and path.is_file()
     return PretrainedWeights(
         name=name,

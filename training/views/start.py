@@ -25,13 +25,14 @@ from workspaces.selectors import WorkspaceAccess
 
 
 def _initial(versions, request) -> dict:
-    """The newest version (or ?version=<id>, e.g. from a version's page); the form picks
-    pretrained weights when this server can have them."""
-    asked = request.GET.get("version", "")
+    """The newest version (or ?version=<id>, e.g. from a version's page, or the form's own
+    field when its data checks follow a change); the form picks the weights and the recipe."""
+    asked = request.GET.get("version") or request.GET.get("dataset_version") or ""
     version = (versions.filter(pk=int(asked)).first() if asked.isdigit() else None) or (
         versions.first()
     )
-    return {"dataset_version": version}
+    task = request.GET.get("task", "")
+    return {"dataset_version": version, **({"task": task} if task in Task.values else {})}
 
 
 def form_version_check(form: TrainForm, versions) -> VersionCheck | None:
@@ -75,7 +76,9 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                     notify_email=data["notify_email"],
                     budget_cap=(to_micro(data["budget_cap"]) if data["budget_cap"] else None),
                     name=data["name"],
-                    train_anyway=data["train_anyway"],
+                    # The form listed the version's warnings as notes before the click: they
+                    # inform, and only errors refuse (version_train_check still does).
+                    train_anyway=True,
                 )
             except ServiceError as e:
                 form.add_error(None, str(e))
@@ -83,6 +86,17 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                 what = "Quick test run" if job.is_quick_test else "Training"
                 messages.success(request, f"{what} queued: {job.title}.")
                 return redirect("job_detail", ws_slug=access.workspace.slug, pk=job.pk)
+    if request.htmx and request.htmx.target == "data-checks" and not form.is_bound:
+        # The data checks following the version picked (the panel's hx-get).
+        return render(
+            request,
+            "training/job_form.html#data-checks",
+            {
+                "access": access,
+                "project": project,
+                "data_check": form_version_check(form, versions),
+            },
+        )
     if form.is_bound:
         picked = form.data.get("gpu_type", "")
     else:

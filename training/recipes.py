@@ -1,0 +1,140 @@
+"""Training recipes: sets of arguments the training form offers, as data, each saying what it
+sets. A recipe only fills the form's fields (epochs, image size, batch, patience, optimizer and
+the Ultralytics arguments); what is submitted goes through train_params_validate like anything
+typed, so a recipe can never start what the form would refuse.
+
+The form picks one by default from the version's size and the weights (recipe_default). Saving a
+sweep's best settings as a recipe of the workspace waits for sweeps (issue 27)."""
+
+from dataclasses import dataclass, field
+
+from training.models import WeightsSource
+from training.services.arguments import TrainParams
+from training.services.demo_model import DEMO_PARAMS
+
+# At most this many training images is a small dataset: the demo's recipe (100 images) is what
+# works there from scratch; past it, Ultralytics' own defaults are the better start.
+SMALL_DATASET_IMAGES = 1000
+
+
+@dataclass(frozen=True)
+class Recipe:
+    slug: str
+    name: str
+    when: str  # when to pick it, in words
+    epochs: int
+    imgsz: int
+    batch: int  # -1: Ultralytics' AutoBatch
+    patience: int
+    optimizer: str
+    extra_args: dict = field(default_factory=dict)
+
+    def fields(self, *, train_images: int) -> dict:
+        """The form's fields as this recipe sets them for a version of `train_images`: a batch
+        never larger than the training images (validation would refuse it)."""
+        batch = self.batch
+        if batch > 0 and train_images > 0:
+            batch = min(batch, train_images)
+        return {
+            "epochs": self.epochs,
+            "imgsz": self.imgsz,
+            "batch": "auto" if batch == -1 else str(batch),
+            "patience": self.patience,
+            "optimizer": self.optimizer,
+            "extra_args": extra_args_text(self.extra_args),
+        }
+
+    def arguments(self) -> str:
+        """What it sets, as a line: "epochs 20, imgsz 128, batch 8, …, lr0 0.003"."""
+        shown = {
+            "epochs": self.epochs,
+            "imgsz": self.imgsz,
+            "batch": "auto" if self.batch == -1 else self.batch,
+            "patience": self.patience,
+            "optimizer": self.optimizer,
+            **self.extra_args,
+        }
+        return ", ".join(f"{name} {value}" for name, value in shown.items())
+
+    def params(self, *, task: str, model_family: str, model_size: str, weights: str):
+        """The recipe as a job's parameters (for checks and the demo's own)."""
+        return TrainParams(
+            task=task,
+            model_family=model_family,
+            model_size=model_size,
+            weights=weights,
+            epochs=self.epochs,
+            imgsz=self.imgsz,
+            batch=self.batch,
+            patience=self.patience,
+            optimizer=self.optimizer,
+            seed=0,
+            extra_args=dict(self.extra_args),
+        )
+
+
+def extra_args_text(args: dict) -> str:
+    """The form's "Ultralytics arguments" box: YAML, one "name: value" a line."""
+    return "".join(f"{name}: {value}\n" for name, value in args.items())
+
+
+# The demo model's own settings (training/services/demo_model.py): a step per batch of 8, a
+# higher rate than "auto" picks, one epoch of warm-up, the last epochs without mosaic.
+SMALL_FROM_SCRATCH = Recipe(
+    slug="small-scratch",
+    name="Small dataset from scratch",
+    when="A few hundred images and no pretrained weights: the demo model's recipe.",
+    epochs=DEMO_PARAMS.epochs,
+    imgsz=DEMO_PARAMS.imgsz,
+    batch=DEMO_PARAMS.batch,
+    patience=DEMO_PARAMS.patience,
+    optimizer=DEMO_PARAMS.optimizer,
+    extra_args=dict(DEMO_PARAMS.extra_args),
+)
+FINE_TUNE = Recipe(
+    slug="fine-tune",
+    name="Fine-tune pretrained",
+    when="Starting from pretrained weights, at the size they were trained at.",
+    epochs=50,
+    imgsz=640,
+    batch=-1,
+    patience=10,
+    optimizer="auto",
+    # Mosaic off for the last epochs, as Ultralytics' default, but sooner on a short run.
+    extra_args={"close_mosaic": 5},
+)
+FAST_CHECK = Recipe(
+    slug="fast-check",
+    name="Fast check",
+    when="Minutes, not a useful model: does the data train at all?",
+    epochs=3,
+    imgsz=64,
+    batch=16,
+    patience=100,  # Ultralytics' default: three epochs are never cut short
+    optimizer="auto",
+)
+ULTRALYTICS_DEFAULTS = Recipe(
+    slug="defaults",
+    name="Ultralytics' defaults",
+    when=f"A large dataset (over {SMALL_DATASET_IMAGES:,} training images) from scratch.",
+    epochs=100,
+    imgsz=640,
+    batch=-1,
+    patience=100,
+    optimizer="auto",
+)
+RECIPES = (SMALL_FROM_SCRATCH, FINE_TUNE, FAST_CHECK, ULTRALYTICS_DEFAULTS)
+
+
+def recipe_get(slug: str) -> Recipe | None:
+    return next((r for r in RECIPES if r.slug == slug), None)
+
+
+def recipe_default(*, train_images: int, weights: str) -> Recipe:
+    """What to start from: fine-tuning when the weights are pretrained or an earlier model;
+    from scratch, the demo's recipe on a small dataset, Ultralytics' defaults on a large one."""
+    if weights in (WeightsSource.PRETRAINED, WeightsSource.MODEL):
+        return FINE_TUNE
+    if train_images <= SMALL_DATASET_IMAGES:
+        return SMALL_FROM_SCRATCH
+    return ULTRALYTICS_DEFAULTS
