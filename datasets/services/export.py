@@ -2,15 +2,16 @@
 built in a temp file.
 
 Both formats read a manifest (the live one for a dataset, the frozen one for a version), so a
-version's export never changes when the dataset does. Image files inside the archive are named
-from their sha256 and their stored content type, never from the uploaded name (copies of the
-same bytes get "-2", "-3").
+version's export never changes when the dataset does. Image files inside the archive keep the
+names they came with (made safe and unique: `_image_names`), their extension that of the bytes
+stored.
 """
 
 import json
 import re
 import shutil
 import tempfile
+import unicodedata
 import zipfile
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -59,20 +60,71 @@ def _content_types(shas: list[str]) -> dict[str, str]:
 
 
 def _image_names(images: list[dict]) -> list[str]:
-    """Each image's archive file name, in the manifest's order: a sha256 prefix (longer if two
-    prefixes meet) + extension; a second copy of the same bytes gets "-2", a third "-3"."""
+    """Each image's archive file name, in the manifest's order: the name it came with, so a
+    team can match an export to its own files. Made safe as a file name (no folders, control
+    characters or "..") with the extension of its stored content type, and unique within its
+    split: labels, masks and depth maps are `<stem>.txt` / `<stem>.png` beside it and a team may
+    unpack on a case-insensitive disk, so two stems that differ only in case or extension clash,
+    and the later one (the manifest is sorted by hash: always the same) gets "-2", "-3"."""
     types = _content_types(list({img["sha256"] for img in images}))
-    names, stems, taken, copies = [], {}, set(), {}
-    for img in images:
-        sha = img["sha256"]
-        if sha not in stems:
-            stem = sha[:_STEM_LENGTH]
-            stems[sha] = sha if stem in taken else stem
-            taken.add(stems[sha])
-        copies[sha] = copies.get(sha, 0) + 1
-        suffix = f"-{copies[sha]}" if copies[sha] > 1 else ""
-        names.append(stems[sha] + suffix + EXTENSIONS.get(types.get(sha, ""), ".jpg"))
+    wanted = [_safe_image_name(img, types.get(img["sha256"], "")) for img in images]
+    # Stems kept as they came are reserved first, so "a-2.jpg" keeps its name even where a
+    # second "a.jpg" sorts before it.
+    taken = {(img["split"], _stem_key(stem)) for img, (stem, _) in zip(images, wanted, strict=True)}
+    seen: set[tuple[str, str]] = set()
+    names = []
+    for img, (stem, ext) in zip(images, wanted, strict=True):
+        key = (img["split"], _stem_key(stem))
+        if key in seen:
+            n = 2
+            while (img["split"], _stem_key(f"{stem}-{n}")) in taken:
+                n += 1
+            stem = f"{stem}-{n}"
+            key = (img["split"], _stem_key(stem))
+            taken.add(key)
+        seen.add(key)
+        names.append(stem + ext)
     return names
+
+
+# Extensions that name each stored content type; the first is the one given to a name that has
+# none of them (a PNG uploaded as "scan.jpg" is exported as "scan.png").
+_TYPE_EXTENSIONS = {
+    "image/jpeg": (".jpg", ".jpeg", ".jpe"),
+    "image/png": (".png",),
+    "image/webp": (".webp",),
+    "image/bmp": (".bmp",),
+    "image/tiff": (".tif", ".tiff"),
+}
+_IMAGE_EXTENSIONS = {ext for exts in _TYPE_EXTENSIONS.values() for ext in exts}
+_UNSAFE = re.compile(r'[\x00-\x1f\x7f-\x9f<>:"/\\|?*\u200e\u200f\u202a-\u202e\u2066-\u2069]')
+_WINDOWS_RESERVED = {"con", "prn", "aux", "nul"} | {
+    f"{d}{i}" for d in ("com", "lpt") for i in range(10)
+}
+_STEM_BYTES = 150  # a file name's 255-byte limit, less room for "-123" and an extension
+
+
+def _safe_image_name(img: dict, content_type: str) -> tuple[str, str]:
+    """(stem, extension) of the name the image came with, safe on any disk."""
+    name = unicodedata.normalize("NFC", str(img.get("filename") or ""))
+    name = re.split(r"[/\\]", name)[-1]  # a folder in the name is never a folder in the export
+    stem, dot, ext = name.rpartition(".")
+    if not dot or f".{ext.lower()}" not in _IMAGE_EXTENSIONS:
+        stem, ext = name, ""
+    exts = _TYPE_EXTENSIONS.get(content_type, (".jpg",))
+    extension = f".{ext}" if f".{ext.lower()}" in exts else exts[0]
+    stem = _UNSAFE.sub("_", stem)
+    stem = re.sub(r"\.{2,}", ".", stem).strip(" .")
+    stem = stem.encode()[:_STEM_BYTES].decode(errors="ignore").rstrip(" .")
+    if not stem:
+        stem = img["sha256"][:_STEM_LENGTH]
+    elif stem.lower() in _WINDOWS_RESERVED:
+        stem += "_"
+    return stem, extension
+
+
+def _stem_key(stem: str) -> str:
+    return stem.casefold()
 
 
 def _num(value: float) -> str:
@@ -454,6 +506,17 @@ def export_ndjson(
 ) -> IO[bytes]:
     """An Ultralytics NDJSON zip (dataset.ndjson + images/<split>/), open at offset 0."""
     return _export(_ndjson_write, dataset, version)
+
+
+def export_formats(*, task: str) -> tuple[str, ...]:
+    """The formats that can hold a dataset of `task`, in the order pages offer them: masks and
+    depth maps go only where Ultralytics reads them (YOLO folders, NDJSON); COCO has no place
+    for image classes. export_run refuses the others with the reason."""
+    if task in PIXEL_TASKS:
+        return ("yolo", "ndjson")
+    if task == Task.CLASSIFY:
+        return tuple(f for f in FORMATS if f != "coco")
+    return FORMATS
 
 
 def export_run(

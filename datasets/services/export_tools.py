@@ -6,7 +6,7 @@ Both read the manifest as export.py's formats do, and write each label in the sh
 trains on, chosen as the YOLO export chooses it (export.py's `_yolo_values`): a polygon in a
 detect dataset goes as its box, a box in a segment dataset as its rectangle, and a shape the
 task cannot hold (a box in a pose dataset) is left out. Images are named as in the other
-exports (sha256 prefix + extension).
+exports (the names they came with, made safe and unique: export.py's `_image_names`).
 
 CVAT: a project export as CVAT writes one (cvat/apps/dataset_manager/formats/cvat.py,
 `dump_as_cvat_annotation` with ProjectData; bindings.py for the meta), because only a project

@@ -80,6 +80,8 @@ from datasets.services.formats import (
 )
 from datasets.services.images import CheckedImage, ImageRejected, image_check, looks_like_image
 from datasets.services.import_report import (
+    ALREADY_IN_DATASET,
+    CLASSES_KEPT,
     full_report_save,
     labels_found,
     not_imported,
@@ -358,7 +360,7 @@ class _Run:
         per_class = Counter()
         splits = Counter()
         pending: list[tuple[ParsedImage, object]] = []
-        duplicates = 0
+        duplicates = duplicate_labels = 0
         said = time.monotonic()
         if self.prefetch is not None:
             images = self.prefetch.results(order)
@@ -369,7 +371,8 @@ class _Run:
                 self.skipped.append((name, checked, SKIP_IMAGE))
             elif (display_name(name), checked.sha256) in already:
                 duplicates += 1
-                self.skipped.append((name, "already in this dataset", SKIP_IMAGE))
+                duplicate_labels += len(parsed.images[name].labels)
+                self.skipped.append((name, ALREADY_IN_DATASET, SKIP_IMAGE))
             else:
                 pending.append((parsed.images[name], checked))
                 if len(pending) >= BATCH:
@@ -396,9 +399,16 @@ class _Run:
             "duplicates": duplicates,
             "skipped_count": len(self.skipped),
             "skipped": _listed(self.skipped),
-            "not_imported": not_imported(self.skipped, empty_classes=empty),
+            "not_imported": not_imported(self.skipped),
+            # Declared (a data.yaml's or COCO file's list) but of no label: one line of the
+            # summary, not a loss.
+            "classes_without_labels": empty[:CLASSES_KEPT],
+            "classes_without_labels_count": len(empty),
             "warning": warning_for(
-                images_imported=counts["images"], labels_imported=counts["labels"], found=found
+                images_imported=counts["images"],
+                labels_imported=counts["labels"],
+                skipped=self.skipped,
+                duplicate_labels=duplicate_labels,
             ),
             "classes": [c.name for c in DatasetClass.objects.filter(dataset=dataset)],
             **({"maps_imported": counts["maps"]} if self.maps is not None else {}),

@@ -28,7 +28,11 @@ from core.errors import ServiceError
 from core.storage import storage_delete, storage_local_path, storage_put
 from core.tasks import task_send_on_commit
 from datasets.models import Dataset, Import, ImportStatus, UploadChunk
-from datasets.services.import_report import format_title
+from datasets.services.import_report import (
+    EMPTY_CLASS,
+    classes_without_labels_line,
+    format_title,
+)
 from datasets.services.video import video_fps_check
 from workspaces.models import User
 from workspaces.permissions import Perm
@@ -422,6 +426,8 @@ class ReportView:
     warning: str = ""
     notes: list[str] = dataclass_field(default_factory=list)
     not_imported: list["NotImportedGroup"] = dataclass_field(default_factory=list)
+    maps_imported: int | None = None  # semantic and depth imports: masks or depth maps
+    classes_without_labels: str = ""  # the summary's one line, or ""
 
     @property
     def format_title(self) -> str:
@@ -488,6 +494,14 @@ def import_report_view(report) -> ReportView | None:
         for s in report.get("skipped") or []
         if isinstance(s, dict)
     ]
+    groups = _groups(report.get("not_imported"))
+    empty_names = [str(n) for n in report.get("classes_without_labels") or [] if isinstance(n, str)]
+    empty_count = _int(report.get("classes_without_labels_count"))
+    # Kept before issue 33: the classes were a group of "not imported"; they are a line now.
+    for group in [g for g in groups if g.kind == EMPTY_CLASS]:
+        groups.remove(group)
+        empty_names, empty_count = [f for f, _ in group.files], group.count
+    maps = report.get("maps_imported")
     return ReportView(
         format=str(report.get("format") or ""),
         images_imported=_int(report.get("images_imported")),
@@ -500,5 +514,7 @@ def import_report_view(report) -> ReportView | None:
         labels_found=_int(report.get("labels_found")),
         warning=str(report.get("warning") or ""),
         notes=[str(n) for n in report.get("notes") or [] if isinstance(n, str)],
-        not_imported=_groups(report.get("not_imported")),
+        not_imported=groups,
+        maps_imported=_int(maps) if maps is not None else None,
+        classes_without_labels=classes_without_labels_line(empty_names, empty_count),
     )

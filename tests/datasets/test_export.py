@@ -178,10 +178,13 @@ def test_yolo_layout_data_yaml_and_pose_lines(team):
         }
         images = [n for n in names if n.startswith("images/")]
         assert len(images) == 8
+        # The images keep the names they came with (issue 33).
+        own = set(source.images.values_list("split", "filename"))
+        assert {tuple(n.split("/")[1:]) for n in images} == own
         for name in images:
             split, file = name.split("/")[1:]
             stem = file.rsplit(".", 1)[0]
-            assert file.endswith(".jpg") and len(stem) == 16
+            assert file.endswith(".jpg")
             assert f"labels/{split}/{stem}.txt" in names
             for line in zf.read(f"labels/{split}/{stem}.txt").decode().splitlines():
                 assert len(line.split()) == 1 + 4 + 17 * 3
@@ -221,7 +224,7 @@ def test_classify_export_has_class_folders_and_no_labels(team):
 
 
 @pytest.mark.django_db
-def test_archive_names_come_from_content_never_from_the_uploaded_name(team):
+def test_archive_names_are_the_uploaded_files_own_name_never_a_path(team):
     dataset = DatasetFactory(workspace=team.workspace)
     cls = DatasetClassFactory(dataset=dataset, index=0, name="a/../../b")
     image = ImageFactory(dataset=dataset, filename="../../etc/passwd.png")
@@ -229,9 +232,9 @@ def test_archive_names_come_from_content_never_from_the_uploaded_name(team):
     for archive in (export_yolo(dataset=dataset), export_coco(dataset=dataset)):
         with _zip(archive) as zf:
             for name in zf.namelist():
-                assert "passwd" not in name and ".." not in name and not name.startswith("/")
+                assert "etc" not in name and ".." not in name and not name.startswith("/")
             images = [n for n in zf.namelist() if n.startswith("images/")]
-            assert images == [f"images/train/{image.blob.sha256[:16]}.png"]
+            assert images == ["images/train/passwd.png"]
 
 
 # --- COCO -----------------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_cvat_boxes_in_pixels_with_subsets_tasks_and_labels(team):
         ("2", "Validation", "2"),
     ]
     first = images[0]
-    assert first.get("name") == f"{train.blob.sha256[:16]}.png"
+    assert first.get("name") == train.filename
     assert (first.get("width"), first.get("height")) == ("64", "48")
     (box,) = first.findall("box")
     assert box.attrib == {
@@ -120,7 +120,7 @@ def test_cvat_boxes_in_pixels_with_subsets_tasks_and_labels(team):
         "z_order": "0",
     }
     by_name = {i.get("name"): i for i in images}
-    (box,) = by_name[f"{val.blob.sha256[:16]}.png"].findall("box")  # the polygon's box
+    (box,) = by_name[val.filename].findall("box")  # the polygon's box
     assert [box.get(k) for k in ("label", "xtl", "ytl", "xbr", "ybr")] == [
         "cat",
         "10.00",
@@ -128,7 +128,7 @@ def test_cvat_boxes_in_pixels_with_subsets_tasks_and_labels(team):
         "50.00",
         "20.00",
     ]
-    assert list(by_name[f"{empty.blob.sha256[:16]}.png"]) == []
+    assert list(by_name[empty.filename]) == []
     assert sorted(n for n in names if n.startswith("images/")) == sorted(
         f"images/{i.get('subset')}/{i.get('name')}" for i in images
     )
@@ -269,9 +269,9 @@ def test_label_studio_rectangles_in_percent_with_tasks_and_images(team):
     tasks, names = _label_studio(dataset)
     assert len(tasks) == 2
     by_file = {t["file_upload"]: t for t in tasks}
-    task = by_file[f"{image.blob.sha256[:16]}.png"]
-    assert task["data"] == {"image": f"/data/upload/1/{image.blob.sha256[:16]}.png"}
-    assert by_file[f"{empty.blob.sha256[:16]}.png"]["annotations"] == []
+    task = by_file[image.filename]
+    assert task["data"] == {"image": f"/data/upload/1/{image.filename}"}
+    assert by_file[empty.filename]["annotations"] == []
     (annotation,) = task["annotations"]
     (region,) = annotation["result"]
     assert region == {
@@ -294,8 +294,8 @@ def test_label_studio_rectangles_in_percent_with_tasks_and_images(team):
     }
     assert sorted(n for n in names if n != "tasks.json") == sorted(
         [
-            f"images/train/{image.blob.sha256[:16]}.png",
-            f"images/val/{empty.blob.sha256[:16]}.png",
+            f"images/train/{image.filename}",
+            f"images/val/{empty.filename}",
         ]
     )
     assert len({t["id"] for t in tasks}) == 2

@@ -35,7 +35,7 @@ def _page(client, team, imp) -> str:
     return client.get(url).content.decode()
 
 
-def test_what_was_not_imported_is_counted_by_kind_and_shown_first(team, tmp_path, client):
+def test_what_was_not_imported_is_counted_by_kind_after_what_was(team, tmp_path, client):
     files = {
         "data.yaml": b"names: ['cat', 'dog', 'bird']\n",
         "images/train/a.jpg": jpeg_bytes(color=(10, 10, 10)),
@@ -54,7 +54,6 @@ def test_what_was_not_imported_is_counted_by_kind_and_shown_first(team, tmp_path
         "no_image",
         "label",
         "image",
-        "empty_class",
         "file",
     ]
     assert groups["no_image"]["count"] == 1
@@ -69,20 +68,22 @@ def test_what_was_not_imported_is_counted_by_kind_and_shown_first(team, tmp_path
     assert groups["image"]["count"] == 1 and groups["image"]["files"][0]["file"].endswith(
         "broken.jpg"
     )
-    assert groups["empty_class"]["files"][0]["file"] == "bird"
+    # A declared class without labels was not lost: one line of the summary (issue 33).
+    assert report["classes_without_labels"] == ["bird"]
     assert groups["file"]["files"][0]["file"] == "notes.pdf"
     assert report["warning"] == ""
 
     page = _page(client, team, imp)
-    assert page.index('data-testid="report-not-imported"') < page.index(
-        'data-testid="import-report"'
+    assert page.index('data-testid="import-report"') < page.index(
+        'data-testid="report-not-imported"'
     )
+    assert "1 declared class has no label yet: bird." in page
     assert re.search(
         r'data-testid="not-imported-no_image" open>\s*<summary><strong>Label files that matched '
         r'no image</strong>: <span data-testid="not-imported-count">1</span>',
         page,
     )
-    assert "Labels refused</strong>" in page and "Classes with no labels</strong>" in page
+    assert "Labels refused</strong>" in page and "Classes with no labels" not in page
     assert '<bdi class="filename">labels/train/gone.txt</bdi>' in page
     assert 'data-testid="import-warning"' not in page
     assert 'data-testid="import-status-badge">Imported<' in page

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.errors import ServiceError
 from datasets.models import Dataset, ImportStatus, Task
 from datasets.services.datasets import dataset_create
+from datasets.services.import_report import classes_without_labels_line, format_title
 from datasets.services.ingest import dataset_import_path
 from datasets.services.video import video_fps_check
 from workspaces.models import Membership, Role
@@ -87,6 +88,8 @@ class Command(BaseCommand):
 
 
 def report_lines(report: dict) -> list[str]:
+    """What the import page shows, in its order: a warning, what was imported (with declared
+    classes that got no label as one line), then what was truly not imported, by reason."""
     lines = []
     if report.get("warning"):
         lines.append(f"Warning: {report['warning']}")
@@ -95,10 +98,11 @@ def report_lines(report: dict) -> list[str]:
         labels = f"{report['maps_imported']:,} {what}"
     else:
         labels = f"{report.get('labels_imported', 0):,} labels"
-    lines.append(
-        f"Imported {report.get('images_imported', 0):,} images and "
-        f"{labels} ({report.get('format') or 'no format'})."
-    )
+    fmt = format_title(report["format"]) if report.get("format") else "no format"
+    lines.append(f"Imported {report.get('images_imported', 0):,} images and {labels} ({fmt}).")
+    names = report.get("classes_without_labels") or []
+    if line := classes_without_labels_line(names, report.get("classes_without_labels_count", 0)):
+        lines.append(line)
     groups = report.get("not_imported") or []
     if groups:
         lines.append("Not imported:")
