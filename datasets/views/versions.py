@@ -20,7 +20,7 @@ from datasets.models import PIXEL_TASKS, Dataset, DatasetVersion, Image, Task
 from datasets.selectors import counts
 from datasets.services import versions as services
 from datasets.services.clone import clone_targets_for_user, dataset_clone
-from datasets.services.export import FORMATS, export_filename, export_run
+from datasets.services.export import FORMATS, export_filename, export_formats, export_run
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_user
@@ -29,7 +29,6 @@ EXPLORE_PAGE_SIZE = 24
 EXPLORE_THUMBS = 4
 PUBLIC_THUMBS = 24
 DIFF_SHOWN = 200  # image rows listed per change kind on a version page
-PIXEL_FORMATS = ("yolo", "ndjson")
 
 
 class VersionForm(forms.Form):
@@ -92,7 +91,7 @@ def version_list(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> 
             "dataset": dataset,
             "page": page,
             "form": VersionForm(),
-            "formats": FORMATS,
+            "formats": export_formats(task=dataset.task),
         },
     )
 
@@ -146,8 +145,7 @@ def version_detail(
             "diff": diff,
             "shown": f":{DIFF_SHOWN}",
             "more": more,
-            # Pixel tasks: the formats with a place for masks and depth maps.
-            "formats": PIXEL_FORMATS if dataset.task in PIXEL_TASKS else FORMATS,
+            "formats": export_formats(task=dataset.task),
             "pixel_task": dataset.task in PIXEL_TASKS,
             "map_word": "depth map" if dataset.task == Task.DEPTH else "mask",
         },
@@ -164,6 +162,13 @@ def _download(request, access, dataset: Dataset, fmt: str, version: DatasetVersi
         archive = export_run(fmt=fmt, dataset=None if version else dataset, version=version)
     except ServiceError as e:
         messages.error(request, str(e))
+        if version is not None:
+            return redirect(
+                "version_detail",
+                ws_slug=access.workspace.slug,
+                pk=dataset.pk,
+                number=version.number,
+            )
         return redirect("dataset_detail", ws_slug=access.workspace.slug, pk=dataset.pk)
     return generated_file_response(
         archive,
