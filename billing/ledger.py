@@ -12,10 +12,10 @@ A job's open hold is the sum of its entries' `hold_delta`: holds and extensions 
 from datetime import date
 
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
-from billing.models import CreditAccount, EntryKind, LedgerEntry
+from billing.models import CreditAccount, EntryKind, LedgerEntry, SignupGrant
 from core.errors import ServiceError
 from core.money import MICRO
 from workspaces.models import User, Workspace
@@ -70,14 +70,26 @@ def _short(account: CreditAccount, amount: int) -> InsufficientCredits:
 
 @transaction.atomic
 def account_open(workspace: Workspace) -> CreditAccount:
-    """Open the workspace's account with the plan's signup credits, the grant dated when the
-    workspace was created; the account as it is when it is open already. Workspace creation
-    calls this in its own transaction."""
+    """Open a new workspace's account, empty: sign-up credits go to people, once each
+    (signup_credits_grant), and a team has what an administrator grants or someone buys. The
+    account as it is when it is open already. Workspace creation calls this in its own
+    transaction."""
+    account, _ = CreditAccount.objects.get_or_create(
+        workspace=workspace, defaults={"workspace_slug": workspace.slug}
+    )
+    return account
+
+
+@transaction.atomic
+def _account_open_as_before(workspace: Workspace) -> CreditAccount:
+    """A workspace made without the workspace services (before accounts opened with
+    workspaces, or by a test's factory) opens its account as such workspaces always did: with
+    the plan's signup credits, dated when the workspace was created."""
     account, created = CreditAccount.objects.get_or_create(
         workspace=workspace, defaults={"workspace_slug": workspace.slug}
     )
     if created and workspace.plan.signup_credits > 0:
-        account = _locked(workspace)
+        account = CreditAccount.objects.select_for_update().get(pk=account.pk)
         _append(
             account,
             kind=EntryKind.GRANT,
@@ -89,9 +101,10 @@ def account_open(workspace: Workspace) -> CreditAccount:
 
 
 def account_for(workspace: Workspace) -> CreditAccount:
-    """The workspace's account. A workspace made before accounts opened with it opens its own
-    now, its signup grant still dated at the workspace's creation, not at this first look."""
-    return account_open(workspace)
+    """The workspace's account. One made before accounts opened with workspaces opens its own
+    now, its signup grant dated at the workspace's creation, not at this first look."""
+    account = CreditAccount.objects.filter(workspace=workspace).first()
+    return account if account is not None else _account_open_as_before(workspace)
 
 
 def _locked(workspace: Workspace) -> CreditAccount:
@@ -146,6 +159,37 @@ def credits_grant(
     reason = _reason_check(reason)
     account = _locked(workspace)
     return _append(account, kind=kind, amount=amount, reason=reason, admin=admin)
+
+
+@transaction.atomic
+def signup_credits_grant(*, user: User, workspace: Workspace) -> LedgerEntry | None:
+    """The plan's sign-up credits for a person who confirmed their address, into `workspace`
+    (their personal one): once per person, whichever address they confirm and however many
+    workspaces they hold. None when they had them already or the plan gives none.
+
+    The account's lock queues a repeated confirmation behind the first; SignupGrant's unique
+    user and address refuse a second grant in the database all the same."""
+    amount = workspace.plan.signup_credits
+    email = user.email.strip().lower()
+    if amount <= 0 or not email:
+        return None
+    account_open(workspace)  # empty if it had none: this grant is the person's, not the plan's
+    account = _locked(workspace)
+    if SignupGrant.objects.filter(Q(user=user) | Q(email=email)).exists():
+        return None
+    try:
+        with transaction.atomic():
+            entry = _append(
+                account,
+                kind=EntryKind.GRANT,
+                amount=amount,
+                reason=f"Sign-up credits ({workspace.plan.name} plan), once per person",
+            )
+            SignupGrant.objects.create(user=user, email=email, entry=entry)
+    except IntegrityError:  # the same person granted meanwhile, through another account's lock
+        account.refresh_from_db(fields=["balance", "held"])
+        return None
+    return entry
 
 
 @transaction.atomic

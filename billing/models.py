@@ -2,6 +2,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.money import from_micro
+
 
 class Plan(models.Model):
     """What a workspace may use: seats, upload sizes, credits, concurrency, storage."""
@@ -18,7 +20,9 @@ class Plan(models.Model):
         default=8 * 1024**3, help_text="Most bytes an uploaded archive may inflate to."
     )
     signup_credits = models.PositiveBigIntegerField(
-        default=0, help_text="Micro-credits granted once, when the workspace's account opens."
+        default=0,
+        help_text="Micro-credits granted once per person, into their personal workspace, when "
+        "they confirm their address (billing.ledger.signup_credits_grant).",
     )
     monthly_credits = models.PositiveBigIntegerField(
         default=0, help_text="Micro-credits granted at the start of each month."
@@ -181,7 +185,29 @@ class LedgerEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.amount} µcr"
+        return f"{self.get_kind_display()} {from_micro(self.amount):,.2f} credits"
+
+
+class SignupGrant(models.Model):
+    """The sign-up credits a person was given: one row per person, so the database itself
+    refuses a second grant (billing.ledger.signup_credits_grant). A person is the account and
+    the address it confirmed: the same address on a new account gets none either.
+
+    The row outlives the account (SET_NULL), as the ledger entry it names does."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="signup_grant",
+    )
+    email = models.EmailField(unique=True, help_text="The confirmed address, in lower case.")
+    entry = models.OneToOneField(LedgerEntry, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Sign-up credits of {self.email}"
 
 
 class PaymentStatus(models.TextChoices):

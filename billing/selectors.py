@@ -4,7 +4,7 @@ from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from billing.models import CreditAccount, EntryKind, LedgerEntry
+from billing.models import CreditAccount, EntryKind, LedgerEntry, SignupGrant
 
 
 def ledger_entry_list(*, account: CreditAccount) -> QuerySet[LedgerEntry]:
@@ -14,6 +14,11 @@ def ledger_entry_list(*, account: CreditAccount) -> QuerySet[LedgerEntry]:
         .select_related("job", "admin")
         .order_by("-created_at", "-id")
     )
+
+
+def signup_grant_for_account(*, account: CreditAccount) -> SignupGrant | None:
+    """The person's sign-up credits when they went into this account (a personal workspace's)."""
+    return SignupGrant.objects.filter(entry__account=account).select_related("entry").first()
 
 
 def usage_per_day(*, account: CreditAccount, days: int = 30) -> list[dict]:

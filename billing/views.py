@@ -40,6 +40,7 @@ def workspace_billing(request, access: WorkspaceAccess) -> HttpResponse:
             "plan": access.workspace.plan,
             "seats_used": workspace_selectors.workspace_seats_used(workspace=access.workspace),
             "account": account,
+            "signup_grant": selectors.signup_grant_for_account(account=account),
             "entries": page_of(request, selectors.ledger_entry_list(account=account)),
             "usage": usage,
             "usage_chart": {

@@ -1,12 +1,27 @@
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET
 
 from config.api import api
 from config.pages import page_parts_wire
 from deploy.api import endpoints
 
 page_parts_wire()
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """/favicon.ico, which browsers and tools ask for whatever a page's <link rel="icon"> says:
+    the logo. Not permanent: the static file's name carries its hash and changes with it."""
+    return HttpResponseRedirect(static("img/kestrel.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),
     path("api/v1/", api.urls),

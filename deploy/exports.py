@@ -202,7 +202,15 @@ def _convert(export: ModelExport, lease: Lease) -> None:
         staged = workdir / f"kestrel-model-{model.pk}.pt"
         staged.symlink_to(Path(weights).resolve())
         answer = worker_run(
-            ["export", str(staged), fmt.key, str(workdir), str(model.imgsz or 640)],
+            # The metadata names the dataset version, never the server's path to its files.
+            [
+                "export",
+                str(staged),
+                fmt.key,
+                str(workdir),
+                str(model.imgsz or 640),
+                str(model.dataset_version) if model.dataset_version_id else "",
+            ],
             timeout=EXPORT_TIMEOUT_SECONDS,
             on_progress=progress,
         )

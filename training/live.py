@@ -110,7 +110,7 @@ def _job_state(job_id: int) -> dict | None:
     job = (
         TrainingJob.objects.filter(pk=job_id)
         .select_related("gpu_type")
-        .only(*_JOB_FIELDS, "gpu_type__hourly_price")
+        .only(*_JOB_FIELDS, "gpu_type__hourly_price", "gpu_type__provider")
         .first()
     )
     return None if job is None else job_state_dict(job)

@@ -415,6 +415,29 @@ def _seconds(seconds: int) -> str:
     return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60} s"
 
 
+_PHASES = {
+    JobState.QUEUED: ("Waiting for a machine.", "Waiting for a machine."),  # a free worker
+    JobState.PROVISIONING: ("Getting a machine.", "Starting the trainer on this machine."),
+    JobState.PREPARING: (
+        "Preparing the dataset and the model.",
+        "Preparing the dataset and the model on this machine.",
+    ),
+    JobState.STOPPING: ("Stopping after this batch.", "Stopping after this batch."),
+}
+
+
+def job_phase_text(job: TrainingJob) -> str:
+    """What the run is doing before its first batch, in words true of its machine: "This
+    machine" is never rented, so it is never "getting a machine"; and a run that failed
+    before training began says so, not the phase it was last seen in."""
+    local = job.gpu_type_id is not None and job.gpu_type.provider == "local"
+    if job.state == JobState.FAILED and not job.epochs_done and not job.checkpoint_epoch:
+        where = " on this machine" if local else ""
+        return f"Failed{where} before training began."
+    texts = _PHASES.get(job.state)
+    return texts[1 if local else 0] if texts else ""
+
+
 def job_state_dict(job: TrainingJob) -> dict:
     """The job as the live page knows it: the event stream's `state` and `end` events and the
     page's starting data. A priced job's credits are read from its ledger entries (two queries)."""
@@ -423,6 +446,7 @@ def job_state_dict(job: TrainingJob) -> dict:
         "id": job.pk,
         "state": job.state,
         "state_display": job.get_state_display(),
+        "phase_text": job_phase_text(job),
         "is_final": job.is_final,
         "epochs": job.epochs,
         "epochs_done": job.epochs_done,

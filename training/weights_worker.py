@@ -132,13 +132,19 @@ def serve(reporter: Reporter, requests: TextIO) -> None:
             reporter.send(result=result)
 
 
-def export(weights: Path, fmt: str, outdir: Path, imgsz: int, reporter: Reporter) -> dict:
-    """Export next to a copy of the weights in `outdir` (Ultralytics writes beside its input)."""
+def export(
+    weights: Path, fmt: str, outdir: Path, imgsz: int, reporter: Reporter, data: str = ""
+) -> dict:
+    """Export next to a copy of the weights in `outdir` (Ultralytics writes beside its input).
+    `data`: what the export's metadata says the model was trained on, in place of the
+    training's data.yaml path on the server (Ultralytics writes "trained on <data>")."""
     outdir.mkdir(parents=True, exist_ok=True)
     source = outdir / weights.name
     if source.resolve() != weights.resolve():
         shutil.copyfile(weights, source)
     model = _load(source, reporter)
+    if isinstance(getattr(model.model, "args", None), dict):
+        model.model.args["data"] = data
     model.add_callback("on_export_start", lambda _: reporter.progress(30, f"Exporting to {fmt}"))
     reporter.progress(25, "Preparing the export")
     # ONNX with dynamic axes: the inference API's imgsz parameter applies to it too.
@@ -166,11 +172,12 @@ def main(argv: list[str]) -> int:
             result = inspect(weights, reporter, name)
         elif len(argv) >= 4 and argv[0] == "export":
             imgsz = int(argv[4]) if len(argv) > 4 else 640
-            result = export(Path(argv[1]), argv[2], Path(argv[3]), imgsz, reporter)
+            data = argv[5] if len(argv) > 5 else ""
+            result = export(Path(argv[1]), argv[2], Path(argv[3]), imgsz, reporter, data)
         else:
             reporter.send(
-                error="usage: export <weights> <format> <outdir> [imgsz] | inspect <weights> "
-                "[<name>] | serve"
+                error="usage: export <weights> <format> <outdir> [imgsz [data]] | "
+                "inspect <weights> [<name>] | serve"
             )
             return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - every failure becomes one readable answer

@@ -5,7 +5,8 @@ import functools
 import hashlib
 import hmac
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -394,6 +395,16 @@ def workspace_slugs_for_caller(*, auth, user: User) -> list[str]:
 
 def workspace_list_for_user(*, user: User) -> QuerySet[Workspace]:
     return Workspace.objects.for_user(user).select_related("plan")
+
+
+def workspace_labels(workspaces: Iterable[Workspace]) -> list[tuple[Workspace, str]]:
+    """Each workspace with what a picker calls it: its name, and its slug beside the name where
+    two of them share it (two teams called "Vision" are otherwise the same line)."""
+    workspaces = list(workspaces)
+    names = Counter(w.name.casefold() for w in workspaces)
+    return [
+        (w, f"{w.name} ({w.slug})" if names[w.name.casefold()] > 1 else w.name) for w in workspaces
+    ]
 
 
 def membership_list(*, workspace: Workspace) -> QuerySet[Membership]:

@@ -23,7 +23,7 @@ from datasets.services.clone import clone_targets_for_user, dataset_clone
 from datasets.services.export import FORMATS, export_filename, export_formats, export_run
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
-from workspaces.selectors import WorkspaceAccess, workspace_access_for_user
+from workspaces.selectors import WorkspaceAccess, workspace_access_for_user, workspace_labels
 
 EXPLORE_PAGE_SIZE = 24
 EXPLORE_THUMBS = 4
@@ -49,7 +49,9 @@ class CloneForm(forms.Form):
 
     def __init__(self, *args, targets, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["workspace"].widget.choices = [(w.slug, w.name) for w in targets]
+        self.fields["workspace"].widget.choices = [
+            (w.slug, label) for w, label in workspace_labels(targets)
+        ]
 
 
 def _thumb_url(dataset_pk: int, image_pk: int) -> str | None:

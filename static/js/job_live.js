@@ -19,12 +19,6 @@
   var MAX_SYSTEM_POINTS = 600;
   var TRACEBACK = "Traceback (most recent call last):";
   var COLORS = ["#b4532a", "#1d6fb8", "#2f8f4e", "#8a4fbf", "#c79a1a", "#d2476b", "#2a9d9a", "#6b6f74"];
-  var WAITING = {
-    queued: "Waiting for a machine. ",
-    provisioning: "Getting a machine. ",
-    preparing: "Preparing the dataset and the model. ",
-    stopping: "Stopping after this batch. ",
-  };
 
   var job = data.job;
   var title = data.title;
@@ -213,7 +207,8 @@
       show(bar, true);
       show(testid("job-epoch-label"), true);
     } else {
-      var sentence = (WAITING[job.state] || "") + "Epoch " + job.epochs_done + " of " + job.epochs;
+      // The phase in words true of the job's machine (training.selectors.job_phase_text).
+      var sentence = (job.phase_text ? job.phase_text + " " : "") + "Epoch " + job.epochs_done + " of " + job.epochs;
       if (job.checkpoint_epoch) sentence += " · checkpoint at epoch " + job.checkpoint_epoch;
       setText(line, sentence + ".");
       show(bar, false);

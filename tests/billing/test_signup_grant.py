@@ -1,6 +1,7 @@
-"""The signup credits are granted when the workspace is created, in the same transaction, and
-dated then; a workspace made before that gets them when its account is first read, still
-dated at its creation (issue 16, item 2)."""
+"""A workspace's account opens when the workspace is created, in the same transaction, and
+empty: sign-up credits are a confirmed person's, once (issue 33; tests/billing/
+test_signup_credits.py). A workspace made before that gets the plan's signup credits when its
+account is first read, dated at its creation (issue 16, item 2)."""
 
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 from billing.ledger import account_for
 from billing.models import CreditAccount, EntryKind, LedgerEntry
 from core.money import MICRO
-from tests.workspaces.factories import PASSWORD, UserFactory
+from tests.workspaces.factories import PASSWORD, UserFactory, WorkspaceFactory
 from workspaces.models import Workspace
 from workspaces.services.workspaces import workspace_create_team
 
@@ -24,36 +25,31 @@ def _grant(workspace: Workspace) -> LedgerEntry:
     return LedgerEntry.objects.get(account__workspace=workspace, kind=EntryKind.GRANT)
 
 
-def test_signing_up_grants_the_credits_with_the_personal_workspace(client, plans):
+def test_signing_up_opens_an_empty_account_with_the_personal_workspace(client, plans):
     response = client.post(
         reverse("account_signup"),
         {"email": "fresh@example.com", "password1": PASSWORD, "password2": PASSWORD},
     )
     assert response.status_code == 302
     workspace = Workspace.objects.get(created_by__email="fresh@example.com", is_personal=True)
-    # Nobody has opened the billing page: the grant is there all the same, dated at creation.
-    grant = _grant(workspace)
-    assert grant.amount == workspace.plan.signup_credits == 5 * MICRO
-    assert grant.created_at == workspace.created_at
-    assert CreditAccount.objects.get(workspace=workspace).balance == 5 * MICRO
+    # Open, and empty until the address is confirmed.
+    assert CreditAccount.objects.get(workspace=workspace).balance == 0
+    assert not LedgerEntry.objects.filter(account__workspace=workspace).exists()
 
 
-def test_a_new_team_workspace_has_its_credits_at_once_and_keeps_them(plans):
+def test_a_new_team_workspace_opens_its_account_empty_and_keeps_it_so(plans):
     user = UserFactory()
     owner = Client()
     owner.force_login(user)
     response = owner.post(reverse("workspace_create"), {"name": "Kestrel Birds"})
     assert response.status_code == 302
     workspace = Workspace.objects.get(name="Kestrel Birds")
-    grant = _grant(workspace)
-    assert grant.created_at == workspace.created_at
+    assert CreditAccount.objects.get(workspace=workspace).balance == 0
 
     page = owner.get(reverse("workspace_billing", kwargs={"ws_slug": workspace.slug}))
     assert page.status_code == 200
-    assert LedgerEntry.objects.filter(account__workspace=workspace).count() == 1  # not twice
-    assert timezone.localtime(workspace.created_at).strftime("%Y-%m-%d %H:%M") in (
-        page.content.decode()
-    )
+    # Reading it grants nothing: the empty account is not taken for one made before accounts.
+    assert not LedgerEntry.objects.filter(account__workspace=workspace).exists()
 
 
 def test_a_workspace_whose_creation_fails_leaves_no_credits_behind(plans):
@@ -83,7 +79,8 @@ def test_an_older_workspace_without_an_account_is_granted_as_of_its_creation(tea
 
 
 def test_the_backdated_grant_is_still_append_only(plans):
-    workspace = workspace_create_team(user=UserFactory(), name="Fixed")
+    workspace = WorkspaceFactory(name="Fixed")
+    account_for(workspace)
     grant = _grant(workspace)
     with pytest.raises(DatabaseError), transaction.atomic():
         LedgerEntry.objects.filter(pk=grant.pk).update(created_at=timezone.now())

@@ -26,6 +26,7 @@ from workspaces.selectors import (
     WorkspaceAccess,
     workspace_seats_used,
 )
+from workspaces.services.workspaces import user_signup_credits_grant
 
 NOT_VALID = "This invitation link is not valid."
 EXPIRED = "This invitation has expired. Ask for a new one."
@@ -163,14 +164,17 @@ def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
     return membership
 
 
+@transaction.atomic
 def user_address_confirm(*, user: User) -> None:
     """Mark the account's own address confirmed: for accounts an operator makes (the seeded
-    superuser), whose address nobody else chose."""
+    superuser), whose address nobody else chose. Like a confirmation link, it brings the
+    person's sign-up credits, once."""
     EmailAddress.objects.update_or_create(
         user=user, email__iexact=user.email, defaults={"email": user.email, "verified": True}
     )
     if not EmailAddress.objects.filter(user=user, primary=True).exists():
         EmailAddress.objects.filter(user=user, email__iexact=user.email).update(primary=True)
+    user_signup_credits_grant(user=user)  # confirmed like anyone else: their credits, once
 
 
 class InvitedAddress(StrEnum):

@@ -1,9 +1,10 @@
-"""Writes to workspaces: create (personal or team, with the default plan and the signup
-credits), rename, delete, hand over."""
+"""Writes to workspaces: create (personal or team, with the default plan and an empty credit
+account), rename, delete, hand over; and a confirmed person's sign-up credits, once."""
 
 from django.db import transaction
 from django.utils.text import slugify
 
+from billing.ledger import account_open, signup_credits_grant
 from billing.plans import plan_default
 from core.errors import ServiceError
 from workspaces.models import (
@@ -38,9 +39,9 @@ def _workspace_create(
         created_by=user,
     )
     Membership.objects.create(workspace=workspace, user=user, role=Role.OWNER)
-    from billing.ledger import account_open
-
-    account_open(workspace)  # the signup credits, granted now, in this transaction
+    # Empty: a new workspace mints no credits. A person's sign-up credits come once, when they
+    # confirm their address (user_signup_credits_grant); a team's from an administrator.
+    account_open(workspace)
     return workspace
 
 
@@ -61,6 +62,15 @@ def workspace_create_team(*, user: User, name: str) -> Workspace:
     if not name:
         raise ServiceError("Give the workspace a name.")
     return _workspace_create(user=user, name=name, is_personal=False)
+
+
+@transaction.atomic
+def user_signup_credits_grant(*, user: User) -> bool:
+    """A person proved they read mail at their address (allauth's confirmation, or an
+    operator's): the plan's sign-up credits into their personal workspace, once per person
+    (billing.ledger.signup_credits_grant). Whether they were granted now."""
+    personal = workspace_create_personal(user=user)
+    return signup_credits_grant(user=user, workspace=personal) is not None
 
 
 @transaction.atomic

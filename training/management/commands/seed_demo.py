@@ -4,7 +4,9 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.urls import reverse
 
+from billing.ledger import credits_grant
 from billing.plans import plans_seed
+from core.money import MICRO
 from datasets.services.demo import demo_dataset_seed
 from training.services.catalog import gpu_catalog_seed
 from training.services.demo_model import demo_model_seed
@@ -15,6 +17,7 @@ from workspaces.services.workspaces import workspace_create_personal, workspace_
 
 ADMIN_EMAIL = "admin@example.com"
 DEMO_TEAM = "Demo Team"
+DEMO_CREDITS = 5 * MICRO
 
 
 class Command(BaseCommand):
@@ -46,6 +49,9 @@ class Command(BaseCommand):
         ).first()
         if team is None:
             team = workspace_create_team(user=admin, name=DEMO_TEAM)
+            # A new team starts with no credits (sign-up credits are a person's): the demo's
+            # runs need some wherever an administrator has priced "This machine".
+            credits_grant(team, DEMO_CREDITS, reason="Demo team credits (seed_demo)")
             self.stdout.write(f"Demo team workspace: /w/{team.slug}/")
         demo = demo_dataset_seed()
         self.stdout.write(f"Public demo dataset: {demo.name} (/explore/{demo.pk}/)")
