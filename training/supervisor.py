@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from core.errors import ServiceError
 from core.storage import storage_delete, storage_exists, storage_get_file, storage_put
+from datasets.models import Task
 from training import event_schema as schema
 from training.event_schema import EventRefused, event_parse
 from training.metering import meter, metered, refund_platform_failure
@@ -1172,6 +1173,17 @@ def _results(raw: dict, task: str) -> dict:
     rows = []
     for row in raw.get("per_class") or []:
         if not isinstance(row, dict) or "Class" not in row:
+            continue
+        if task == Task.SEMANTIC:
+            # Ultralytics' semantic summary: images and pixels of the class, and its IoU.
+            rows.append(
+                {
+                    "class": str(row["Class"]),
+                    "images": row.get("Images"),
+                    "pixels": row.get("Pixels"),
+                    "IoU": row.get("IoU"),
+                }
+            )
             continue
         rows.append(
             {

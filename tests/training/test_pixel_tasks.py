@@ -238,6 +238,12 @@ def test_a_semantic_job_trains_on_a_worker_and_reports_miou(
     )  # fmt: skip
     assert model.class_names == list(SEMANTIC_CLASSES)
     assert "metrics/pixel_acc" in job.latest_metrics
+    # The results tab's per-class table is IoU per class, not a detector's columns.
+    rows = job.results["per_class"]
+    assert [row["class"] for row in rows] == list(SEMANTIC_CLASSES)
+    assert all(0 <= row["IoU"] <= 1 and row["pixels"] >= 0 for row in rows)
+    page = _text(client.get(_url("job_detail", pk=job.pk)))
+    assert 'class="num">IoU</th>' in page and 'class="num">Pixels</th>' in page
     matrix = job.results.get("confusion_matrix")
     assert matrix is None or len(matrix["names"]) == len(matrix["matrix"])
 

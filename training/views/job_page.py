@@ -93,11 +93,11 @@ LIVE_LOG_LINES = 2000  # as many as the event stream's snapshot sends
 LIVE_SYSTEM_POINTS = 600
 CURVE_SUFFIXES = ("PR_curve.png", "F1_curve.png")
 VAL_PRED = re.compile(r"^val_batch(\d+)_pred\.jpg$")
-COUNT_COLUMNS = {"images", "instances"}
+COUNT_COLUMNS = {"images", "instances", "pixels"}
 # PostgreSQL's jsonb keeps no key order: the per-class columns are put in Ultralytics' order.
 COLUMN_ORDER = [
     ("images",),
-    ("instances",),
+    ("instances", "pixels"),
     ("precision", "-p"),
     ("recall", "-r"),
     ("f1", "-f1"),
