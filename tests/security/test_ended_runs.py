@@ -68,7 +68,7 @@ def other_weights(marker: bytes) -> bytes:
     import zipfile
 
     with zipfile.ZipFile(buffer, "w") as zf:
-        zf.writestr("archive/data.pkl", marker)
+        zf.writestr(zipfile.ZipInfo("archive/data.pkl", (2026, 1, 1, 0, 0, 0)), marker)
     return buffer.getvalue()
 
 
