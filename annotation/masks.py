@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from django.db import transaction
 
-from annotation.services import StaleRevision
+from annotation.services import image_locked_at
 from core.errors import ServiceError
 from datasets.models import Image, LabelStatus, PixelMap, Task
 from datasets.services.gallery import dataset_touch
@@ -43,17 +43,7 @@ def mask_save(*, access: WorkspaceAccess, image: Image, revision, png: bytes) ->
             f"Masks are painted on semantic segmentation datasets; this one is "
             f"{image.dataset.get_task_display().lower()}."
         )
-    if isinstance(revision, bool) or not isinstance(revision, int):
-        raise ServiceError("Send the revision the mask was read at (a whole number).")
-    locked = Image.objects.select_for_update().select_related("blob", "dataset").get(pk=image.pk)
-    if locked.revision != revision:
-        who = locked.labelled_by.email if locked.labelled_by else "someone"
-        raise StaleRevision(
-            f"This mask was changed by {who} (revision {locked.revision}) after you opened it "
-            f"(revision {revision}). Your change was not saved: reload to see theirs, then "
-            "redo it.",
-            locked.revision,
-        )
+    locked = image_locked_at(image=image, revision=revision, what="this mask")
     try:
         header = png_header(png)
         # The size is checked on the header, before a pixel of a wrong-sized file is inflated.

@@ -39,6 +39,24 @@ def _class_ids(dataset: Dataset) -> set[int]:
     return set(DatasetClass.objects.filter(dataset=dataset).values_list("pk", flat=True))
 
 
+def image_locked_at(*, image: Image, revision, what: str) -> Image:
+    """The image row, locked, if `revision` is still its stored one (labels and masks are
+    saved against the revision they were read at); StaleRevision otherwise. `what` is what the
+    person edited ("these labels", "this mask"), for the message."""
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        raise ServiceError(f"Send the revision {what} was read at (a whole number).")
+    locked = Image.objects.select_for_update().select_related("blob", "dataset").get(pk=image.pk)
+    if locked.revision != revision:
+        who = locked.labelled_by.email if locked.labelled_by else "someone"
+        raise StaleRevision(
+            f"{who} saved {what} (revision {locked.revision}) after you opened the page "
+            f"(revision {revision}). Your change was not saved: reload to see theirs, then "
+            "redo it.",
+            locked.revision,
+        )
+    return locked
+
+
 @transaction.atomic
 def labels_save(
     *,
@@ -52,17 +70,7 @@ def labels_save(
     """Replace an image's labels, if `revision` is still the stored one; otherwise refuse with
     StaleRevision and write nothing. Accepted and rejected suggestions go in the same commit."""
     access.require(Perm.WRITE)
-    if isinstance(revision, bool) or not isinstance(revision, int):
-        raise ServiceError("Send the revision the labels were read at (a whole number).")
-    locked = Image.objects.select_for_update().select_related("blob", "dataset").get(pk=image.pk)
-    if locked.revision != revision:
-        who = locked.labelled_by.email if locked.labelled_by else "someone"
-        raise StaleRevision(
-            f"These labels were changed by {who} (revision {locked.revision}) after you opened "
-            f"them (revision {revision}). Your change was not saved: reload to see theirs, "
-            "then redo it.",
-            locked.revision,
-        )
+    locked = image_locked_at(image=image, revision=revision, what="these labels")
     dataset = locked.dataset
     clean = labels_clean(
         labels,

@@ -7,7 +7,6 @@ one blob); bytes stored by a failed import are removed again.
 
 import dataclasses
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -90,11 +89,9 @@ from datasets.services.import_report import (
 from datasets.services.pixel_formats import MAX_MAP_BYTES, map_read
 from datasets.services.pixel_maps import (
     PixelMapError,
+    StoredMap,
     labelled_count,
-    map_stats,
-    overlay_key,
-    overlay_render,
-    png_encode,
+    pixel_map_store,
 )
 from datasets.services.video import VideoFrames, is_video, video_fps_check
 from workspaces.permissions import Perm
@@ -463,7 +460,7 @@ class _Run:
         counts["labels"] += len(labels) + len(maps)
         counts["maps"] += len(maps)
 
-    def _maps_for(self, pending) -> dict[str, "_StoredMap"]:
+    def _maps_for(self, pending) -> dict[str, StoredMap]:
         """Each pending image's mask or depth map read, checked and stored (by image name), on
         threads (decoding and encoding PNGs release the GIL); one that cannot be taken is in
         the report with why, and its image imported without."""
@@ -496,7 +493,7 @@ class _Run:
                     self.maps.seen(result.stats)
         return out
 
-    def _map_blobs(self, stored_maps: dict[str, "_StoredMap"]) -> dict[str, int]:
+    def _map_blobs(self, stored_maps: dict[str, StoredMap]) -> dict[str, int]:
         """Blob rows of the maps (a map's PNG is content-addressed like an image): sha → id."""
         if not stored_maps:
             return {}
@@ -735,40 +732,13 @@ class _BlobWriter:
                 self.written.append(blob.thumbnail_key)
         return True
 
-    def store_map(self, array, *, task: str, depth_scale: float | None) -> "_StoredMap":
-        """A mask's or depth map's canonical PNG and its overlay stored once, like an image's
-        bytes and thumbnail (pixel_maps.pixel_map_store's, with what this import wrote kept so
-        a failed import removes it)."""
-        data = png_encode(array)
-        sha = hashlib.sha256(data).hexdigest()
-        height, width = array.shape
-        stats = map_stats(array, task=task, depth_scale=depth_scale)
-        stored = _StoredMap(sha, len(data), width, height, stats)
+    def store_map(self, array, *, task: str, depth_scale: float | None) -> StoredMap:
+        """A mask's or depth map's PNG and overlay stored once (pixel_map_store), what this
+        import wrote kept so a failed import removes it."""
+        stored = pixel_map_store(array, task=task, depth_scale=depth_scale)
         with self._lock:
-            if sha in self._claimed:
-                return stored
-            self._claimed.add(sha)
-        key = Blob(sha256=sha).storage_key
-        if storage_put(key, data, sha256=sha):
-            with self._lock:
-                self.written.append(key)
-        if storage_put(overlay_key(sha), overlay_render(array, task=task)):
-            with self._lock:
-                self.written.append(overlay_key(sha))
+            self.written += stored.written
         return stored
-
-
-@dataclasses.dataclass(frozen=True)
-class _StoredMap:
-    """A stored map, with the columns of its Blob row (_RowWriter.BLOB_COLUMNS)."""
-
-    sha256: str
-    size: int
-    width: int
-    height: int
-    stats: dict
-    content_type: str = "image/png"
-    has_thumbnail: bool = False  # its overlay is drawn instead
 
 
 class _MapReading:

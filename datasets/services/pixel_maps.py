@@ -220,21 +220,32 @@ def overlay_key(sha256: str) -> str:
 
 @dataclass(frozen=True)
 class StoredMap:
+    """A stored map, with the columns of its Blob row (ingest writes them in bulk)."""
+
     sha256: str
     size: int
     width: int
     height: int
     stats: dict
+    # The keys this call put in storage (not those a whole file was at already): what a failed
+    # import removes again.
+    written: tuple[str, ...] = ()
+    content_type: str = "image/png"
+    has_thumbnail: bool = False  # its overlay is drawn instead
 
 
 def pixel_map_store(array: np.ndarray, *, task: str, depth_scale: float | None = None) -> StoredMap:
     """The map's PNG and overlay in storage (whole or absent, once per content). No rows."""
     data = png_encode(array)
     sha = hashlib.sha256(data).hexdigest()
-    storage_put(Blob(sha256=sha).storage_key, data, sha256=sha)
-    storage_put(overlay_key(sha), overlay_render(array, task=task))
+    written = []
+    if storage_put(Blob(sha256=sha).storage_key, data, sha256=sha):
+        written.append(Blob(sha256=sha).storage_key)
+    if storage_put(overlay_key(sha), overlay_render(array, task=task)):
+        written.append(overlay_key(sha))
     h, w = array.shape
-    return StoredMap(sha, len(data), w, h, map_stats(array, task=task, depth_scale=depth_scale))
+    stats = map_stats(array, task=task, depth_scale=depth_scale)
+    return StoredMap(sha, len(data), w, h, stats, tuple(written))
 
 
 def blob_for_map(stored: StoredMap) -> Blob:
