@@ -14,6 +14,7 @@ import numpy as np
 
 from annotation.assist.errors import AssistError
 from annotation.assist.geometry import _image_read, _normalised, _outline, _simplify
+from datasets.services.masks import counts_decode
 from training.weights_check import UnsafeWeights, checkpoint_loading_restrict, weights_check
 
 PREDICT_BATCH = 16
@@ -163,17 +164,13 @@ def mask_rle(mask: np.ndarray) -> dict[str, Any]:
 
 
 def mask_from_rle(rle: Any) -> np.ndarray:
-    """A boolean [h, w] mask from `mask_rle`'s answer; AssistError unless the runs cover it."""
+    """A boolean [h, w] mask from `mask_rle`'s answer (the importers' COCO RLE decoder);
+    AssistError unless the runs cover it."""
     try:
         height, width = (int(v) for v in rle["size"])
-        counts = np.asarray(rle["counts"], dtype=np.int64)
-    except (TypeError, KeyError, ValueError):
-        raise AssistError("A mask suggestion is not COCO RLE.") from None
-    if height < 1 or width < 1 or (counts < 0).any() or int(counts.sum()) != height * width:
-        raise AssistError("A mask suggestion's runs do not cover its image.")
-    values = np.zeros(len(counts), dtype=bool)
-    values[1::2] = True
-    return np.repeat(values, counts).reshape((height, width), order="F")
+        return counts_decode(list(rle["counts"]), width, height, order="F")
+    except (TypeError, KeyError, ValueError) as e:
+        raise AssistError(f"A mask suggestion is not COCO RLE of its image ({e}).") from None
 
 
 def _semantic_predictions(data: Any, names: dict[int, str]) -> list[Prediction]:

@@ -84,7 +84,7 @@ def test_rle_round_trip_and_refusals():
     for mask in (rng.random((7, 5)) > 0.5, np.ones((3, 4), bool), np.zeros((2, 2), bool)):
         rle = mask_rle(mask)
         assert rle["size"] == list(mask.shape) and (mask_from_rle(rle) == mask).all()
-    with pytest.raises(AssistError, match="do not cover"):
+    with pytest.raises(AssistError, match="add up to 3, not 2×2"):
         mask_from_rle({"size": [2, 2], "counts": [1, 2]})
     with pytest.raises(AssistError, match="not COCO RLE"):
         mask_from_rle({"counts": [4]})
