@@ -132,6 +132,7 @@ class CheckpointInspector:
         self.proc: subprocess.Popen | None = None
         self.answers: queue.Queue = queue.Queue()
         self.log = None
+        self.asked = 0  # the id of the last request: an answer to an earlier one is stale
 
     def _start(self) -> None:
         self.log = tempfile.TemporaryFile()
@@ -182,8 +183,13 @@ class CheckpointInspector:
         it). `keep_alive` is called every `every` seconds while it waits (the supervisor's lease
         must outlast an inspection); past the time limit the process is killed."""
         self.start()
+        # A wait cut short (keep_alive raised: the database went away) leaves its answer to
+        # come; it answers an earlier id and is dropped, never taken for this file's.
+        self.asked += 1
+        ident = self.asked
+        request = {"inspect": str(path), "name": name, "id": ident}
         try:
-            self.proc.stdin.write(json.dumps({"inspect": str(path), "name": name}) + "\n")
+            self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         except OSError:
             pass  # it died: its end is read below
@@ -206,6 +212,8 @@ class CheckpointInspector:
                 logger.warning("checkpoint inspector ended: %s\n%s", error, self._log_tail())
                 self.close()
                 return WorkerAnswer(error=error)
+            if message.get("id") != ident:
+                continue  # the answer to a request whose wait was cut short
             result = message.get("result")
             error = str(message.get("error") or "")[:2000]
             return WorkerAnswer(result=result if isinstance(result, dict) else None, error=error)

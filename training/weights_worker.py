@@ -8,9 +8,10 @@ start this module and read its answers.
 
 One JSON object per line on stdout: {"progress": 0-100, "message": ...} while it works, then
 {"result": {...}} or {"error": "..."}. `serve` inspects one checkpoint per line it reads on
-stdin ({"inspect": <path>, "name": <name>}), answering each with one {"result": ...} or
-{"error": ...} line, until stdin closes: a supervisor inspects every checkpoint of its attempt
-without paying for the import of torch each time. `name` is what an answer calls the file (a
+stdin ({"inspect": <path>, "name": <name>, "id": <id>}), answering each with one
+{"id": <id>, "result": ...} or {"id": <id>, "error": ...} line, until stdin closes: a
+supervisor inspects every checkpoint of its attempt without paying for the import of torch
+each time. `name` is what an answer calls the file (a
 stored file's own name is part of its storage key, which no answer shows). Everything else
 anyone prints (Ultralytics, PNNX, OpenVINO, including what C code writes) goes to stderr, which
 the caller keeps as the log. The caller sets the environment (Ultralytics offline, no
@@ -121,15 +122,16 @@ def serve(reporter: Reporter, requests: TextIO) -> None:
         try:
             request = json.loads(line)
             weights, name = Path(request["inspect"]), str(request.get("name") or "")
-        except (ValueError, KeyError, TypeError):
+            ident = request.get("id")
+        except (ValueError, KeyError, TypeError, AttributeError):
             reporter.send(error='usage: one {"inspect": <path>, "name": <name>} per line')
             continue
         try:
             result = inspect(weights, quiet, name or None)
         except Exception as e:  # noqa: BLE001 - every failure becomes one readable answer
-            reporter.send(error=_failure(e, weights, name or None))
+            reporter.send(id=ident, error=_failure(e, weights, name or None))
         else:
-            reporter.send(result=result)
+            reporter.send(id=ident, result=result)
 
 
 def export(
