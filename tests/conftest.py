@@ -39,6 +39,7 @@ SLOW_FIXTURES = {
     "confident_weights",
     "matrix",  # every task and family trained and resumed
     "detect_weights",
+    "evaluation_weights",
     "detector",
     "published_weights",
     "model_server",
@@ -190,8 +191,7 @@ class Team:
         return workspace_access_for_user(user=self.user(role), slug=self.workspace.slug)
 
 
-@pytest.fixture
-def team(plans) -> Team:
+def team_create(plans) -> Team:
     pro = next(plan for plan in plans if plan.slug == "pro")  # room for invitations
     workspace = WorkspaceFactory(name="Acme Vision", slug="acme", plan=pro)
     users = {}
@@ -201,14 +201,24 @@ def team(plans) -> Team:
     return Team(workspace=workspace, **users)
 
 
-@pytest.fixture
-def stranger(plans) -> User:
+def stranger_create() -> User:
     """Someone who owns a workspace of their own and is not in the team's."""
     user = UserFactory(email="stranger@elsewhere.test")
     MembershipFactory(
         workspace=WorkspaceFactory(name="Elsewhere", slug="elsewhere"), user=user, role=Role.OWNER
     )
     return user
+
+
+@pytest.fixture
+def team(plans) -> Team:
+    return team_create(plans)
+
+
+@pytest.fixture
+def stranger(plans) -> User:
+    """Someone who owns a workspace of their own and is not in the team's."""
+    return stranger_create()
 
 
 ROOT = Path(__file__).resolve().parents[1]

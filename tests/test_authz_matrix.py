@@ -8,14 +8,17 @@ from datetime import timedelta
 
 import pytest
 from django.contrib import admin
+from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
+from billing.plans import plans_seed
 from config.api import api
 from datasets.models import Import
 from datasets.services.versions import version_create
 from tests.authz import LOGIN, ApiRow, Row, _ws
+from tests.conftest import stranger_create, team_create
 from tests.datasets.factories import (
     DatasetClassFactory,
     DatasetFactory,
@@ -29,7 +32,16 @@ from workspaces.services.keys import api_key_create
 
 ROLES = ["viewer", "editor", "admin", "owner"]
 ACTORS = ["anonymous", *ROLES, "stranger"]
-OUR_APPS = {"workspaces", "datasets", "annotation", "training", "billing", "deploy", "config"}
+OUR_APPS = {
+    "workspaces",
+    "datasets",
+    "annotation",
+    "training",
+    "billing",
+    "deploy",
+    "evaluations",
+    "config",
+}
 ROUTES = [
     Row("home", "get", None, 302, anonymous=200, stranger=302),
     Row("workspace_create", "get", None, 200, stranger=200),
@@ -168,8 +180,21 @@ def test_every_api_operation_has_a_row():
     assert rows - operations == set()
 
 
-@pytest.fixture
-def ctx(team, stranger):
+@pytest.fixture(scope="module")
+def ctx(django_db_setup, django_db_blocker):
+    """The world every row is tried in, made once for the module inside a transaction that is
+    rolled back at its end. Each test runs in a savepoint of it (pytest-django's `db`), so what
+    a row changes (a deletion, a rename) is undone before the next: thousands of rows share
+    one world instead of making it each time."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        values = _world()
+        yield values
+        transaction.set_rollback(True)
+
+
+def _world() -> dict:
+    plans = plans_seed()
+    team, stranger = team_create(plans), stranger_create()
     project = ProjectFactory(workspace=team.workspace, name="Birds")
     invitation = Invitation.objects.create(
         workspace=team.workspace,
@@ -316,12 +341,13 @@ def test_api_operation(row: ApiRow, actor: str, ctx):
 
 
 @pytest.mark.django_db
-def test_admin_site_needs_staff_and_lists_every_model(client, team):
+def test_admin_site_needs_staff_and_lists_every_model(client, ctx):
+    owner = type(ctx["team"].owner).objects.get(pk=ctx["team"].owner.pk)  # not the world's
     assert client.get("/admin/").status_code == 302
-    client.force_login(team.owner)  # owner of a workspace is not site staff
+    client.force_login(owner)  # owner of a workspace is not site staff
     assert client.get("/admin/").status_code == 302
-    team.owner.is_staff = team.owner.is_superuser = True
-    team.owner.save()
+    owner.is_staff = owner.is_superuser = True
+    owner.save()
     for model in admin.site._registry:
         url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
         assert client.get(url).status_code == 200, url
