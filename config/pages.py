@@ -2,11 +2,13 @@
 that the lower app never imports the higher one."""
 
 from core.pages import page_part_register
+from workspaces.permissions import Perm
 
 
 def page_parts_wire() -> None:
     from deploy.exports import exports_panel
     from deploy.selectors import inference_usage, models_public_for_dataset
+    from evaluations.selectors import model_evaluations
     from training.selectors import job_costs
 
     def billing_job_costs(*, account, **_) -> dict:
@@ -21,7 +23,14 @@ def page_parts_wire() -> None:
     def model_exports(*, access, model, **_) -> dict:
         return exports_panel(access=access, model=model)
 
+    def model_evaluations_card(*, access, model, **_) -> dict:
+        return {
+            "evaluations": list(model_evaluations(model=model)[:10]),
+            "can_evaluate": access.can(Perm.TRAIN),
+        }
+
     page_part_register("billing_page", "training.job_costs", billing_job_costs)
     page_part_register("billing_page", "deploy.inference", billing_inference)
     page_part_register("public_dataset_page", "deploy.public_models", public_dataset_models)
     page_part_register("model_page", "deploy.exports", model_exports)
+    page_part_register("model_page", "evaluations.card", model_evaluations_card)

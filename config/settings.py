@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "training",
     "annotation",
     "deploy",
+    "evaluations",
 ]
 
 MIDDLEWARE = [

@@ -35,6 +35,7 @@ urlpatterns = [
     path("", include("deploy.urls")),
     path("", include("training.urls")),
     path("", include("billing.urls")),
+    path("", include("evaluations.urls")),
 ]
 # No route serves MEDIA_URL, not even under DEBUG: stored files are users' data, sent only by
 # views that check access (core/files.py).

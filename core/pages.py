@@ -10,7 +10,8 @@ the page's keyword arguments returning context entries. The slots:
 - "public_dataset_page" (datasets.views.versions.public_dataset; dataset=): deploy adds
   `public_models`.
 - "model_page" (training.views.models.model_detail; access=, model=): deploy adds its exports
-  card (`exports`, `export_formats`, `exports_active`, `can_export`).
+  card (`exports`, `export_formats`, `exports_active`, `can_export`), evaluations its card
+  (`evaluations`, `can_evaluate`).
 """
 
 from collections import defaultdict

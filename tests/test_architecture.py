@@ -15,7 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Bottom to top. An app may import the apps before it in this list, and no other; config, the
 # composition root (settings, URLs, the API, which app adds what to whose page), may import all.
-LAYERS = ["core", "workspaces", "billing", "datasets", "training", "annotation", "deploy"]
+LAYERS = [
+    "core",
+    "workspaces",
+    "billing",
+    "datasets",
+    "training",
+    "annotation",
+    "deploy",
+    "evaluations",
+]
 MAY_IMPORT = {app: set(LAYERS[:i]) for i, app in enumerate(LAYERS)} | {"config": set(LAYERS)}
 APPS = list(MAY_IMPORT)
 

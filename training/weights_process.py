@@ -47,13 +47,15 @@ def worker_run(
     *,
     timeout: float,
     on_progress: Callable[[int, str], None] | None = None,
+    module: str = "training.weights_worker",
 ) -> WorkerAnswer:
     """Run `python -m training.weights_worker <args>` in a session of its own, killed with all
-    its children past `timeout` seconds; its answer, progress and the tail of its log."""
+    its children past `timeout` seconds; its answer, progress and the tail of its log.
+    `module`: another worker speaking the same protocol (evaluations.val_worker)."""
     answer = WorkerAnswer()
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module, arguments are paths and keys
-            [sys.executable, "-m", "training.weights_worker", *args],
+            [sys.executable, "-m", module, *args],
             cwd=ROOT,
             env=_worker_env(),
             stdin=subprocess.DEVNULL,
