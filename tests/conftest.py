@@ -101,8 +101,10 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: each file keeps its own order
 
 
-# scripts/test.sh sets it on the SQLite run when the same `make test` runs PostgreSQL's too.
+# scripts/test.sh sets it on the SQLite run when the same `make test` runs PostgreSQL's too,
+# and KESTREL_TEST_THEN=sqlite on the PostgreSQL run when SQLite's follows it.
 ONCE_RAN_ON_POSTGRES = os.environ.get("KESTREL_TEST_ONCE") == "postgres"
+SQLITE_RUNS_NEXT = os.environ.get("KESTREL_TEST_THEN") == "sqlite"
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup"}
 
 
@@ -116,10 +118,12 @@ def pytest_runtest_setup(item):
     """The suite runs on PostgreSQL and on SQLite (scripts/test.sh); a test of what only
     PostgreSQL has says so, and why, with @pytest.mark.postgres_only("reason").
 
-    When one `make test` runs both, the SQLite run leaves out what the PostgreSQL run has
-    already shown and no database changes: tests that touch no database at all, and those
-    marked @pytest.mark.same_on_any_database("reason") (a trainer's link cut, Redis killed:
-    the database only stores what they produce, as in the tests that run on both)."""
+    When one `make test` runs both, what no database changes runs once: tests that touch no
+    database at all, and those marked @pytest.mark.same_on_any_database("reason") (a trainer's
+    link cut, Redis killed, a browser or a stock client driving a flow: the database only
+    stores what they produce, as in the tests that run on both). They run on the PostgreSQL
+    run, or with on="sqlite" on the SQLite run: the quick start's own flows (`make run` is
+    SQLite's). Alone, each database's run runs them all."""
     sqlite = settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql"
     marker = item.get_closest_marker("postgres_only")
     if marker and sqlite:
@@ -129,11 +133,16 @@ def pytest_runtest_setup(item):
     same = item.get_closest_marker("same_on_any_database")
     if same and not same.args:
         raise pytest.UsageError(f"{item.nodeid}: same_on_any_database needs its reason")
+    on = same.kwargs.get("on", "postgres") if same else None
+    if on not in (None, "postgres", "sqlite"):
+        raise pytest.UsageError(f"{item.nodeid}: same_on_any_database(on=) is postgres or sqlite")
     if sqlite and ONCE_RAN_ON_POSTGRES:
         if not _uses_a_database(item):
             pytest.skip("Ran on the PostgreSQL run: it touches no database")
-        if same:
+        if on == "postgres":
             pytest.skip(f"Ran on the PostgreSQL run: {same.args[0]}")
+    if not sqlite and SQLITE_RUNS_NEXT and on == "sqlite":
+        pytest.skip(f"Runs on the SQLite run, the quick start's database: {same.args[0]}")
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,15 @@ from tests.training.factories import trained_model_row
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from workspaces.models import Role
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.same_on_any_database(
+        "the demo a newcomer tries is the quick start's, on SQLite; the public routes are "
+        "tested on both in tests/deploy/test_public_model.py",
+        on="sqlite",
+    ),
+]
 
 READY = "() => window.kestrelTry && window.kestrelTry.ready()"
 

@@ -66,6 +66,10 @@ def _open_try_page(page, workspace, model, screenshot=None) -> None:
     page.wait_for_url(f"**/models/{model.pk}/try/")
 
 
+@pytest.mark.same_on_any_database(
+    "the page's drawing is what is tested; the predict route's rows are tested on both in "
+    "tests/deploy"
+)
 def test_drop_a_photo_see_boxes_filter_them_and_copy_the_snippet(
     new_page,
     live_server,

@@ -131,6 +131,10 @@ def _saved_key(config_dir: Path) -> str:
     return json.loads((config_dir / "Ultralytics" / "settings.json").read_text())["api_key"]
 
 
+@pytest.mark.same_on_any_database(
+    "the stock client's login is what is tested; the key it makes is written as in "
+    "tests/workspaces, which run on both"
+)
 @pytest.mark.django_db(transaction=True)
 def test_yolo_login_saves_a_kestrel_key_and_ultralytics_keeps_it(team, tmp_path):
     """The real `yolo login <key>` against a live server saves the key; a later process of the

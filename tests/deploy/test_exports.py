@@ -83,6 +83,10 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.same_on_any_database(
+    "the exported files are what is tested; the export's rows are written as in the other export "
+    "tests, which run on both"
+)
 @pytest.mark.django_db(transaction=True)
 def test_onnx_and_torchscript_exports_run_in_the_worker_and_predict_like_the_pt(
     team, detect_weights, detect_names, celery_worker_process, tmp_path
@@ -138,6 +142,10 @@ def test_onnx_and_torchscript_exports_run_in_the_worker_and_predict_like_the_pt(
     assert viewer.get(f"/w/acme/exports/{exports['onnx'].pk}/download/").status_code == 200
 
 
+@pytest.mark.same_on_any_database(
+    "the worker process's failure is what is tested; the export's rows are written as in the "
+    "other export tests, which run on both"
+)
 @pytest.mark.django_db(transaction=True)
 def test_broken_weights_fail_the_export_with_a_clear_error_and_store_nothing(
     team, detect_weights, celery_worker_process
@@ -219,6 +227,10 @@ def test_an_upload_larger_than_the_plan_allows_is_refused(team):
     assert not TrainedModel.objects.exists()
 
 
+@pytest.mark.same_on_any_database(
+    "the worker process's inspection is what is tested; the rows are written as in "
+    "tests/training/test_model_upload.py, which runs on both"
+)
 @pytest.mark.django_db(transaction=True)
 def test_uploads_are_inspected_in_the_worker_and_hostile_ones_never_loaded(
     team, detect_weights, detect_names, celery_worker_process, tmp_path

@@ -36,6 +36,10 @@ def _iou(a: dict, b: dict) -> float:
     return inter / union if union > 0 else 0.0
 
 
+@pytest.mark.same_on_any_database(
+    "the model server's answers are what is tested; the routes' rows are tested on both in "
+    "tests/deploy/test_predict_api.py"
+)
 def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     team, confident_yolo_models, inference_server, settings
 ):

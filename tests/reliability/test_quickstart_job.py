@@ -14,7 +14,10 @@ from tests.training.helpers import job_reload, submit, wait_for
 from training.models import AttemptEnd, EpochMetric, JobState
 from training.reaper import jobs_reap
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.same_on_any_database("the quick start (`make run`) runs on SQLite", on="sqlite"),
+]
 
 
 @pytest.fixture

@@ -29,7 +29,12 @@ from tests.training.helpers import wait_for
 # The runs' processes use the test database (made once for the session, which this mark asks
 # for); the tests themselves read nothing from it, and a transactional mark would empty it
 # after each test under the running processes' feet, for nothing.
-pytestmark = pytest.mark.django_db
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.same_on_any_database(
+        "the quick start's runner (`make run`) runs on SQLite", on="sqlite"
+    ),
+]
 
 
 @pytest.fixture(scope="module")

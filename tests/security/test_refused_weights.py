@@ -100,6 +100,10 @@ def _no_storage_key(text: str, model: TrainedModel) -> None:
 # --- the stock client ------------------------------------------------------------------------
 
 
+@pytest.mark.same_on_any_database(
+    "the stock client's upload and the inspection are what is tested; the rows are written as in "
+    "the other tests here, which run on both"
+)
 @pytest.mark.django_db(transaction=True)
 def test_a_stock_clients_best_pt_is_served_only_once_it_passed(
     client,

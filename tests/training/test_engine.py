@@ -93,6 +93,10 @@ def _assert_resumed_whole(job, epochs: int, attempts: int):
     assert TrainedModel.objects.filter(job=job).exists()
 
 
+@pytest.mark.same_on_any_database(
+    "the fault is a process's: the lease and resume rows are written as in the tests that run on "
+    "both (two workers, a held lease, a job lost three times)"
+)
 def test_killing_the_trainer_resumes_from_the_checkpoint(
     team, project, detect_version, gpu_local, workers
 ):
@@ -109,6 +113,10 @@ def test_killing_the_trainer_resumes_from_the_checkpoint(
     assert "signal 9" in job.attempt_rows.get(number=1).message
 
 
+@pytest.mark.same_on_any_database(
+    "the fault is a process's: the lease and resume rows are written as in the tests that run on "
+    "both (two workers, a held lease, a job lost three times)"
+)
 def test_killing_the_worker_is_reaped_and_resumed_by_another(
     team, project, detect_version, gpu_local, workers
 ):
@@ -160,6 +168,10 @@ def test_a_held_lease_turns_the_second_runner_away(team, project, detect_version
     assert job_reload(job).state == JobState.RUNNING
 
 
+@pytest.mark.same_on_any_database(
+    "stop and resume are a process's signals and a checkpoint on disk: their rows are written as "
+    "in the tests of tests/training/test_views.py, which run on both"
+)
 def test_stop_keeps_best_and_last_and_resume_finishes_the_run(
     team, project, detect_version, gpu_local, workers
 ):
@@ -187,6 +199,10 @@ def test_stop_keeps_best_and_last_and_resume_finishes_the_run(
     assert TrainedModel.objects.filter(job=job).count() == 1
 
 
+@pytest.mark.same_on_any_database(
+    "cancel is a process's signal: its rows are written as in tests/training/test_views.py, "
+    "which runs on both"
+)
 def test_cancel_kills_the_trainer_at_once(team, project, detect_version, gpu_local, workers):
     from training.services.jobs import job_cancel
 

@@ -50,6 +50,10 @@ def _machine_env(home: Path, exports: str) -> dict:
     return env
 
 
+@pytest.mark.same_on_any_database(
+    "the stock client run by the page's commands is what is tested; its rows are written as in "
+    "test_platform_client.py's first test, which runs on both"
+)
 def test_the_pages_commands_train_on_the_picked_dataset_and_report_to_the_project(team, tmp_path):
     coco8 = version_of(
         user=team.owner, workspace=team.workspace, folder=COCO8, task="detect", name="COCO 8"

@@ -140,6 +140,10 @@ def _stop_after(run: Run, project, name: str, browser: Client, done_from: int) -
     return TrainingJob.objects.get(pk=job.pk).epochs_done
 
 
+@pytest.mark.same_on_any_database(
+    "the stock client's stop is what is tested; its rows are written as in "
+    "test_a_stock_run_is_an_external_job_with_its_model, which runs on both"
+)
 def test_stop_in_kestrel_ends_the_run_at_the_next_epoch(tmp_path, team, birds, key):
     home = tmp_path / "lab"
     home.mkdir()
@@ -161,6 +165,10 @@ def test_stop_in_kestrel_ends_the_run_at_the_next_epoch(tmp_path, team, birds, k
     assert job.model is not None  # a stopped run keeps its best weights, as Kestrel's do
 
 
+@pytest.mark.same_on_any_database(
+    "the stock client's resume is what is tested; its rows are written as in "
+    "test_a_stock_run_is_an_external_job_with_its_model, which runs on both"
+)
 def test_resume_continues_the_same_job(tmp_path, team, birds, key):
     """A run whose process died (Ultralytics resumes only an interrupted run: a stopped one's
     last.pt is marked finished) goes on with resume=True as the same job, a second attempt."""

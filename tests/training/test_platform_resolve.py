@@ -426,6 +426,10 @@ def _yolo_rows(folder: Path) -> list[list[float]]:
     return sorted(rows)
 
 
+@pytest.mark.same_on_any_database(
+    "the stock client's fetch is what is tested; the export it reads is written as in "
+    "tests/datasets, which run on both"
+)
 def test_the_client_converts_a_kestrel_dataset_and_fetches_it_again_once_changed(
     team, coco8, tmp_path
 ):
@@ -513,6 +517,9 @@ def test_the_client_converts_a_kestrel_dataset_and_fetches_it_again_once_changed
         assert code != 0 and "PermissionError" in log and "read or train scope" in log
 
 
+@pytest.mark.same_on_any_database(
+    "the stock client's download and training are what is tested; the rows are read as elsewhere"
+)
 def test_the_client_loads_a_kestrel_model_and_trains_on_ul_data_and_weights(team, coco8, tmp_path):
     home = tmp_path / "machine"
     home.mkdir()
