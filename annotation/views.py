@@ -41,11 +41,11 @@ def image_annotate(request, access: WorkspaceAccess, pk: int, image_pk: int) -> 
     dataset = dataset_selectors.dataset_get(workspace=access.workspace, pk=pk)
     image = dataset_selectors.image_get(dataset=dataset, pk=image_pk)
     data = selectors.editor_data(request=request, access=access, dataset=dataset, image=image)
-    return render(
-        request,
-        "annotation/editor.html",
-        {"access": access, "dataset": dataset, "image": image, "editor_data": data},
-    )
+    context = {"access": access, "dataset": dataset, "image": image, "editor_data": data}
+    # Where a deployment's collection rule took it from (deploy.CollectedImage, by its reverse
+    # name: annotation does not import deploy); None for an image uploaded as usual.
+    context["collected"] = getattr(image, "collected", None)
+    return render(request, "annotation/editor.html", context)
 
 
 def _labelling_url(access: WorkspaceAccess, dataset) -> str:

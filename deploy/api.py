@@ -5,6 +5,7 @@ the URL. A key needs the predict scope; the browser session works too (the try-i
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.http import Http404, HttpRequest
 from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError
@@ -12,7 +13,7 @@ from ninja.security import HttpBearer
 
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward
-from deploy.selectors import model_public_access, models_for_predict
+from deploy.selectors import collection_rules_on, model_public_access, models_for_predict
 from training.models import TrainedModel
 from workspaces.api import session_auth
 from workspaces.permissions import Perm
@@ -68,10 +69,20 @@ def model_predict(request: HttpRequest, model_id: int):
     A semantic segmentation model answers each class's mask (RLE) and pixel share, and with
     `mask=png` its class mask as one PNG too; a depth model a 16-bit PNG of metres × `scale`
     with min, median and max (deploy.inference.formats).
-    A public model (the demo) answers anyone signed in, from the browser session."""
+    A public model (the demo) answers anyone signed in, from the browser session.
+
+    Your image is not kept: collection is off by default. When the model's owner turns on a
+    collection rule (on the try-it page for this API, on a deployment's page for its
+    endpoint), an answered call whose predictions fall in the rule's confidence band (and
+    classes, sampling rate and daily cap) has its image stored in one of the owner's
+    datasets, with these predictions as suggestions for a person to label."""
     access, model = _caller(request, model_id, public=True)
     return predict_forward(
-        request=request, access=access, model=model, server_url=settings.INFERENCE_URL
+        request=request,
+        access=access,
+        model=model,
+        server_url=settings.INFERENCE_URL,
+        collect_rule_id=model.collect_rule_id,
     )
 
 
@@ -88,10 +99,16 @@ endpoints = NinjaAPI(
 
 @endpoints.post("/{slug}/predict")
 def deployment_predict(request: HttpRequest, slug: str):
-    """The deployment's model on one image; the URL stays when the model behind it changes."""
+    """The deployment's model on one image; the URL stays when the model behind it changes.
+    As the shared API, it keeps no image unless the deployment's collection rule is on."""
     deployment = (
         Deployment.objects.only(
             "id", "slug", "state", "port", "desired_running", "model_id", "workspace_id"
+        )
+        .annotate(
+            collect_rule_id=Subquery(
+                collection_rules_on().filter(deployment=OuterRef("pk")).values("pk")[:1]
+            )
         )
         .filter(slug=slug)
         .first()
@@ -114,6 +131,7 @@ def deployment_predict(request: HttpRequest, slug: str):
         server_url=f"http://{settings.DEPLOY_HOST}:{deployment.port}",
         server_name=f"deployment-{deployment.slug}",
         deployment_id=deployment.pk,
+        collect_rule_id=deployment.collect_rule_id,
     )
 
 

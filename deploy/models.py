@@ -5,8 +5,10 @@ that workspace that has the predict scope."""
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from core.models import LongJobRow
+from datasets.models import Dataset, Image
 from training.models import TrainedModel
 from workspaces.models import ApiKey, Workspace, WorkspaceOwnedQuerySet
 
@@ -125,3 +127,96 @@ class UsageDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.calls} calls"
+
+
+class CollectionRule(models.Model):
+    """Which answered predictions keep the caller's image for labelling (deploy.collection):
+    one rule per dedicated endpoint, or per model on the shared API. Off unless an editor turns
+    it on; a caller's image is never kept otherwise."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    deployment = models.OneToOneField(
+        Deployment,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="collection_rule",
+    )
+    model = models.OneToOneField(
+        TrainedModel,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="collection_rule",
+        help_text="The shared API's calls of this model (no deployment).",
+    )
+    enabled = models.BooleanField(default=False)
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    conf_min = models.FloatField(default=0.25)
+    conf_max = models.FloatField(default=0.6)
+    classes = models.JSONField(
+        default=list, blank=True, help_text="Model class names; empty: every class."
+    )
+    sample_rate = models.FloatField(default=1.0)
+    daily_cap = models.PositiveIntegerField(default=100, help_text="Images per UTC day.")
+    # Set by the worker when the plan's storage was full; calls are not offered again until
+    # a while later (deploy.collection.decide.FULL_RETRY).
+    storage_full_at = models.DateTimeField(null=True, blank=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(deployment__isnull=False, model__isnull=True)
+                | models.Q(deployment__isnull=True, model__isnull=False),
+                name="collection_rule_one_source",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    conf_min__gte=0, conf_max__lte=1, conf_min__lt=models.F("conf_max")
+                ),
+                name="collection_rule_band",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(sample_rate__gt=0, sample_rate__lte=1),
+                name="collection_rule_rate",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"collect {'on' if self.enabled else 'off'} → {self.dataset_id}"
+
+
+class CollectedImage(models.Model):
+    """Where an image a deployment collected came from: shown on the labelling page."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    # The reverse name `collected` is what the editor reads (annotation does not import deploy).
+    image = models.OneToOneField(Image, on_delete=models.CASCADE, related_name="collected")
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="+")
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    model = models.ForeignKey(
+        TrainedModel, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    source = models.CharField(
+        max_length=200, help_text="The deployment's name (or the shared API's) at the time."
+    )
+    confidence = models.FloatField()
+    created_at = models.DateTimeField(default=timezone.now, help_text="When the call came.")
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.image_id} from {self.source} ({self.confidence:.2f})"

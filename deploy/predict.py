@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from datasets.models import Task
 from datasets.services.images import ImageRejected, image_check
+from deploy.collection.decide import collection_offer
 from deploy.fetch import FetchRefused, fetch_image
 from deploy.inference.tokens import inference_token
 from deploy.ratelimit import rate_take
@@ -194,15 +195,22 @@ def rate_limited(access: WorkspaceAccess, plan) -> None:
 
 class _CountedResponse(HttpResponse):
     """The model server's JSON passed through as it came (not decoded and encoded again), with
-    the call counted once the answer has gone out: Django closes a response after sending it."""
+    the call counted once the answer has gone out: Django closes a response after sending it.
+    `after`: the collection decision (deploy.collection), made then too, so it never slows the
+    answer; it fails alone, logged."""
 
-    def __init__(self, content: bytes, *, status: int, count):
+    def __init__(self, content: bytes, *, status: int, count, after=None):
         super().__init__(content, status=status, content_type="application/json")
-        self._count = count
+        self._count, self._after = count, after
 
     def close(self) -> None:
         try:
             self._count()
+            if self._after is not None:
+                try:
+                    self._after()
+                except Exception:
+                    logger.exception("collecting a prediction's image failed")
         finally:
             super().close()
 
@@ -222,11 +230,13 @@ def predict_forward(
     server_url: str,
     server_name: str = "shared",
     deployment_id: int | None = None,
+    collect_rule_id: int | None = None,
 ) -> HttpResponse:
     """The whole call: limits, image, parameters, the model server, usage. Errors are JSON
     `{"detail": ...}` with the right status; every call is counted, after its answer is sent.
     `model` comes from selectors.models_for_predict, found by
-    workspaces.selectors.row_for_caller."""
+    workspaces.selectors.row_for_caller. `collect_rule_id`: the deployment's collection rule,
+    when it is on (deploy.collection decides, after the answer, whether the image is kept)."""
     started = time.perf_counter()
     key: ApiKey | None = access.api_key
 
@@ -285,7 +295,20 @@ def predict_forward(
             except (ValueError, AttributeError):
                 raise PredictRefused(502, "The model server gave an unreadable answer.") from None
             raise PredictRefused(answer.status_code, detail or "The model failed.")
-        return _CountedResponse(answer.content, status=200, count=lambda: count(True))
+        after = None
+        if collect_rule_id is not None:
+            image, content = checked.data, answer.content
+
+            def after() -> None:
+                collection_offer(
+                    rule_id=collect_rule_id,
+                    model=model,
+                    deployment_id=deployment_id,
+                    image=image,
+                    answer=content,
+                )
+
+        return _CountedResponse(answer.content, status=200, count=lambda: count(True), after=after)
     except PredictRefused as refused:
         response = refused.response()
         # Counted at once: a refusal is cheap, and its response is not ours to subclass.

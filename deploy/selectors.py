@@ -9,7 +9,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from datasets.models import Dataset, Image
-from deploy.models import Deployment, ExportState, ModelExport, UsageDay
+from deploy.models import CollectionRule, Deployment, ExportState, ModelExport, UsageDay
 from training import selectors as training_selectors
 from training.models import TrainedModel
 from training.selectors import MAIN_METRIC
@@ -33,7 +33,8 @@ PREDICT_MODEL_FIELDS = (
 def models_for_predict() -> QuerySet[TrainedModel]:
     """Models as a prediction call reads them, in one query: the columns it needs, the
     workspace's plan (its rate limit), the run's state, and the newest ONNX export (id and file)
-    that a model server would run instead of the .pt."""
+    that a model server would run instead of the .pt; and the model's collection rule on the
+    shared API when it is on (deploy.collection), so a call whose rule is off costs nothing more."""
     onnx = (
         ModelExport.objects.filter(model=OuterRef("pk"), format="onnx", state=ExportState.SUCCEEDED)
         .exclude(file_key="")
@@ -43,9 +44,18 @@ def models_for_predict() -> QuerySet[TrainedModel]:
         TrainedModel.objects.select_related("workspace__plan", "job")
         .only(*PREDICT_MODEL_FIELDS)
         .annotate(
-            onnx_id=Subquery(onnx.values("pk")[:1]), onnx_key=Subquery(onnx.values("file_key")[:1])
+            onnx_id=Subquery(onnx.values("pk")[:1]),
+            onnx_key=Subquery(onnx.values("file_key")[:1]),
+            collect_rule_id=Subquery(
+                collection_rules_on().filter(model=OuterRef("pk")).values("pk")[:1]
+            ),
         )
     )
+
+
+def collection_rules_on() -> QuerySet[CollectionRule]:
+    """Rules that are on and have a dataset to collect into."""
+    return CollectionRule.objects.filter(enabled=True, dataset__isnull=False)
 
 
 def inference_usage(*, workspace, days: int = 30) -> dict:

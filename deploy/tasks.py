@@ -47,3 +47,29 @@ def export_run(export_id: int, **kwargs) -> None:
     """Run one export; one already taken (or finished) is left alone."""
     _log_unexpected("deploy.export_run", kwargs)
     export_run_once(export_id)
+
+
+@shared_task(name="deploy.collection_store", soft_time_limit=120, time_limit=150)
+def collection_store(
+    rule_id: int,
+    token: str,
+    model_id: int,
+    deployment_id: int | None,
+    confidence: float,
+    at: str,
+    **kwargs,
+) -> int | None:
+    """Store one image a deployment's collection rule selected (its bytes wait in Redis under
+    `token`); the CollectedImage's id, or None when nothing was stored."""
+    _log_unexpected("deploy.collection_store", kwargs)
+    from deploy.collection.store import collected_image_store
+
+    collected = collected_image_store(
+        rule_id=rule_id,
+        token=token,
+        model_id=model_id,
+        deployment_id=deployment_id,
+        confidence=confidence,
+        at=at,
+    )
+    return collected.pk if collected else None

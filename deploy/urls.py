@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deploy.views import deployments, exports, models, public
+from deploy.views import collection, deployments, exports, models, public
 
 W = "w/<slug:ws_slug>/"
 D = W + "deployments/"
@@ -8,6 +8,7 @@ urlpatterns = [
     path(W + "models/", models.model_list, name="model_list"),
     path(W + "models/<int:pk>/try/", models.model_try, name="model_try"),
     path(W + "models/<int:pk>/delete/", models.model_delete_view, name="model_delete"),
+    path(W + "models/<int:pk>/collection/", collection.model_collection, name="model_collection"),
     path(W + "models/<int:pk>/exports/", exports.model_exports, name="model_exports"),
     path(
         W + "models/<int:pk>/exports/start/", exports.model_export_start, name="model_export_start"
@@ -21,4 +22,9 @@ urlpatterns = [
     path(D + "<int:pk>/stop/", deployments.deployment_stop, name="deployment_stop"),
     path(D + "<int:pk>/swap/", deployments.deployment_swap, name="deployment_swap"),
     path(D + "<int:pk>/delete/", deployments.deployment_delete, name="deployment_delete"),
+    path(
+        D + "<int:pk>/collection/",
+        collection.deployment_collection,
+        name="deployment_collection",
+    ),
 ]

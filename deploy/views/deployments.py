@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from core.errors import ServiceError
 from deploy import services, supervisor
+from deploy.collection.rules import collection_panel
 from deploy.models import Deployment, DeploymentState, UsageDay
 from deploy.selectors import deployment_usage_by_day
 from training.models import TrainedModel
@@ -104,6 +105,10 @@ def deployment_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse
     context = {
         "access": access,
         "deployment": deployment,
+        # The status partial polls every 2 s and shows none of it.
+        "collection": None
+        if request.htmx
+        else collection_panel(access=access, deployment=deployment),
         "url": endpoint_url(request, deployment),
         "stats": supervisor.stats(deployment) if running else None,
         "log": supervisor.log_tail(deployment)[-6000:],

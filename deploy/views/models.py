@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest
 from datasets.models import PIXEL_TASKS, Task
+from deploy.collection.rules import collection_panel
 from deploy.models import Deployment
 from deploy.selectors import model_public_samples, models_for_table
 from deploy.services import model_delete
@@ -144,9 +145,14 @@ def try_context(request: HtmxHttpRequest, model) -> dict:
 @require_GET
 def model_try(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
     model = training_selectors.model_get(workspace=access.workspace, pk=pk)
-    return render(
-        request, "deploy/model_try.html", {"access": access, **try_context(request, model)}
-    )
+    context = {
+        "access": access,
+        "can_write": access.can(Perm.WRITE),
+        # The shared API's collection rule for this model (deploy.collection).
+        "collection": collection_panel(access=access, model=model),
+        **try_context(request, model),
+    }
+    return render(request, "deploy/model_try.html", context)
 
 
 @workspace_view(Perm.WRITE)

@@ -7,7 +7,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from core.http import HtmxHttpRequest
-from deploy.selectors import model_public_get
+from deploy.selectors import collection_rules_on, model_public_get
 from deploy.views.models import try_context
 
 
@@ -15,4 +15,10 @@ from deploy.views.models import try_context
 @require_GET
 def public_model_try(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     model = model_public_get(pk=pk)
-    return render(request, "deploy/model_try.html", {"public": True, **try_context(request, model)})
+    context = {
+        "public": True,
+        # Said to the people trying it: their images may be kept (deploy.collection).
+        "collecting": collection_rules_on().filter(model=model, deployment=None).exists(),
+        **try_context(request, model),
+    }
+    return render(request, "deploy/model_try.html", context)

@@ -16,6 +16,14 @@ ROUTES = [
         "deployment_swap", "post", "editor", 302, _ws(pk="@deployment"), {"model": "@deploy_model"}
     ),
     Row("deployment_delete", "post", "editor", 302, _ws(pk="@deployment")),
+    Row(
+        "deployment_collection",
+        "post",
+        "editor",
+        302,
+        _ws(pk="@deployment"),
+        {"conf_min": "0.2", "conf_max": "0.6", "sample_rate": "1", "daily_cap": "10"},
+    ),
 ]
 
 API = [

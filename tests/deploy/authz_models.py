@@ -14,6 +14,15 @@ ROUTES = [
     Row("model_try", "get", "editor", 200, _ws(**_SPARE)),
     Row("model_delete", "get", "editor", 200, _ws(**_SPARE)),
     Row("model_delete", "post", "editor", 302, _ws(**_SPARE)),
+    # The shared API's collection rule for a model (deploy.collection): editors.
+    Row(
+        "model_collection",
+        "post",
+        "editor",
+        302,
+        _ws(**_SPARE),
+        {"conf_min": "0.2", "conf_max": "0.6", "sample_rate": "1", "daily_cap": "10"},
+    ),
     # A public model's try-it page: anyone signed in; a private model has none, even for its team.
     Row("public_model_try", "get", None, 200, {"pk": "@public_model"}, stranger=200),
     Row("public_model_try", "get", None, 404, _SPARE),
