@@ -26,6 +26,12 @@ suite() {
   .venv/bin/pytest -n "${TEST_WORKERS:-3}" --dist loadfile --durations=15 "${@:2}"
 }
 
+# What a run makes once for all its workers (tests/run_cache.py: trained checkpoints) serves
+# both databases' runs, and goes when this script ends.
+KESTREL_TEST_CACHE=$(mktemp -d -t kestrel-test-cache-XXXXXX)
+export KESTREL_TEST_CACHE
+trap 'rm -rf "$KESTREL_TEST_CACHE"' EXIT
+
 status=0
 ran_postgres=0
 for database in ${KESTREL_TEST_DATABASES:-postgres sqlite}; do

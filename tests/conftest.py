@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from billing.plans import plans_seed
+from tests.run_cache import RUN_MARK, run_dir_remove
 from tests.workers import Workers
 from tests.workspaces.factories import MembershipFactory, UserFactory, WorkspaceFactory
 from workspaces.models import Role, User, Workspace
@@ -50,9 +51,6 @@ SLOW_FIXTURES = {
 # model server is detached on purpose (it outlives the worker that started it), so a test that
 # deploys one can leave it running; when the whole run ends, whatever still carries the mark
 # is ended, so `make test` leaves no process behind.
-RUN_MARK = "KESTREL_TEST_RUN"
-
-
 def pytest_configure(config):
     os.environ.setdefault(RUN_MARK, f"{os.getpid()}-{time.time_ns()}")
 
@@ -84,6 +82,7 @@ def pytest_unconfigure(config):
             continue
     if left:
         print(f"\nEnded {len(left)} process(es) the run left running: {sorted(names)[:5]}")
+    run_dir_remove()  # what the run made once for its workers (tests/run_cache.py)
 
 
 def pytest_collection_modifyitems(config, items):

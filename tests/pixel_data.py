@@ -25,17 +25,14 @@ What to call:
   another xdist worker of the same run, get the same file. No database needed.
 """
 
-import fcntl
-import hashlib
 import io
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image as PILImage
 from PIL import ImageDraw
+
+from tests.run_cache import run_kept, run_shared
 
 SIZE = (64, 48)  # width, height: small, and not square, so a swapped axis shows
 SEMANTIC_CLASSES = ("ground", "square", "disc")
@@ -174,52 +171,19 @@ def pixel_folder_write(root: Path, *, task: str, train: int = 6, val: int = 2) -
     return data
 
 
-def _run_dir() -> Path:
-    """A folder of this test run, the same in every xdist worker of it (tests/conftest.py
-    marks the run in the environment before the workers start)."""
-    mark = os.environ.get("KESTREL_TEST_RUN") or f"pid{os.getpid()}"
-    digest = hashlib.sha256(mark.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"kestrel-pixel-models-{digest}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _weights_path(task: str) -> Path:
-    return _run_dir() / f"{task}-best.pt"
+def _weights_name(task: str) -> str:
+    return f"{task}-best.pt"
 
 
 def trained_weights_publish(task: str, source) -> Path:
     """Keep a best.pt of `task` trained in this run (by a Kestrel job: a file, or an open
     binary file) for the later callers of trained_weights; a file already kept stays."""
-    target = _weights_path(task)
-    with open(_run_dir() / f"{task}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not target.exists():
-            tmp = target.with_suffix(".tmp")
-            if isinstance(source, str | Path):
-                shutil.copyfile(source, tmp)
-            else:
-                with open(tmp, "wb") as out:
-                    shutil.copyfileobj(source, out)
-            os.replace(tmp, target)
-    return target
+    return run_kept(_weights_name(task), source)
 
 
 def trained_weights(task: str) -> Path:
     """A best.pt of yolo26n-<sem|depth> trained on these pictures, once per test run."""
-    target = _weights_path(task)
-    if target.exists():
-        return target
-    with open(_run_dir() / f"{task}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be training it right now
-        if not target.exists():
-            work = Path(tempfile.mkdtemp(prefix=f"{task}-", dir=_run_dir()))
-            best = _train(task, work)
-            tmp = target.with_suffix(".tmp")
-            shutil.copyfile(best, tmp)
-            os.replace(tmp, target)
-            shutil.rmtree(work, ignore_errors=True)
-    return target
+    return run_shared(_weights_name(task), lambda work: _train(task, work))
 
 
 def trained_semantic_weights() -> Path:

@@ -2,9 +2,10 @@
 shared tiny datasets, and the inference server as a real process.
 
 `yolo_models`: task -> Path of a .pt trained 1 epoch at imgsz 64 (32 for classify) from the
-task's YAML (nothing can be downloaded here). An untrained-looking model finds almost nothing,
-so `confident_yolo_models` are the same checkpoints with their class-0 score biased up (as
-tests/annotation/weights.py does): every image gets results, computed by Ultralytics as usual.
+task's YAML (nothing can be downloaded here), once per test run for all its workers. An
+untrained-looking model finds almost nothing, so `confident_yolo_models` are the same
+checkpoints with their class-0 score biased up (as tests/annotation/weights.py does): every
+image gets results, computed by Ultralytics as usual.
 """
 
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.run_cache import run_shared
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,10 +88,14 @@ def confident_copy(weights: Path, target: Path, class_bias: float = 2.0) -> Path
     return target
 
 
+def tiny_model(task: str) -> Path:
+    """tiny_model_train's model of `task`, trained once per test run (tests/run_cache.py)."""
+    return run_shared(f"tiny-{task}.pt", lambda work: tiny_model_train(task, work))
+
+
 @pytest.fixture(scope="session")
-def yolo_models(tmp_path_factory) -> dict[str, Path]:
-    work = tmp_path_factory.mktemp("yolo-models")
-    return {task: tiny_model_train(task, work) for task in TRAIN_SPECS}
+def yolo_models() -> dict[str, Path]:
+    return {task: tiny_model(task) for task in TRAIN_SPECS}
 
 
 @pytest.fixture(scope="session")

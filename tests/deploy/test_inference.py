@@ -301,7 +301,9 @@ def test_onnx_model(inference_server, yolo_models, tmp_path):
         return
     from ultralytics import YOLO
 
-    onnx = Path(YOLO(str(yolo_models["detect"])).export(format="onnx", imgsz=64, dynamic=True))
+    weights = tmp_path / "detect.pt"  # Ultralytics exports beside it: not beside the run's
+    weights.write_bytes(yolo_models["detect"].read_bytes())
+    onnx = Path(YOLO(str(weights)).export(format="onnx", imgsz=64, dynamic=True))
     response = predict(
         inference_server, onnx, COCO_IMAGE.read_bytes(), key="onnx",
         params={"conf": "0.001"}, headers={"X-Model-Task": "detect"},

@@ -60,8 +60,8 @@ def evaluation_weights(tmp_path_factory) -> dict[str, Path]:
     """Two real YOLO11n detect checkpoints of coco8's 80 classes: `trained` one epoch at
     imgsz 64 (it finds nothing), and `boxy` the same, sure of persons everywhere, in boxes of
     a sensible size (boxy_copy)."""
-    from tests.deploy.conftest import tiny_model_train
+    from tests.deploy.conftest import tiny_model
 
     work = tmp_path_factory.mktemp("evaluation-models")
-    trained = tiny_model_train("detect", work)
+    trained = tiny_model("detect")
     return {"trained": trained, "boxy": boxy_copy(trained, work / "boxy.pt")}
