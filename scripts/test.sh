@@ -39,7 +39,7 @@ for database in ${KESTREL_TEST_DATABASES:-postgres sqlite}; do
     postgres)
       # Is SQLite's run next? Then what runs once on it (the quick start's flows) is left to it.
       then=""
-      case " ${KESTREL_TEST_DATABASES:-postgres sqlite} " in *" postgres "*" sqlite "*) then=sqlite ;; esac
+      case " ${KESTREL_TEST_DATABASES:-postgres sqlite} " in *" postgres "*"sqlite "*) then=sqlite ;; esac
       KESTREL_TEST_THEN=$then DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/kestrel} \
         suite PostgreSQL "$@"
       rc=$?
