@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "annotation",
     "deploy",
     "evaluations",
+    "sweeps",
 ]
 
 MIDDLEWARE = [
@@ -280,6 +281,8 @@ CELERY_BEAT_SCHEDULE = {
     # LONG_JOB_MAX_ATTEMPTS, for every kind the apps registered (core/leases.py). Training
     # keeps its own lease, reaped alike.
     "long-jobs-reap": {"task": "core.long_jobs_reap", "schedule": 60.0},
+    # Sweeps: record ended trials, prune, start the next ones (sweeps.services.advance).
+    "sweeps-advance-due": {"task": "sweeps.advance_due", "schedule": 2.0},
     # Without SkyPilot configured and installed it returns at once.
     "skypilot-reconcile": {"task": "training.skypilot_reconcile", "schedule": 120.0},
     "blobs-collect-garbage": {

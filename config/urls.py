@@ -36,6 +36,7 @@ urlpatterns = [
     path("", include("training.urls")),
     path("", include("billing.urls")),
     path("", include("evaluations.urls")),
+    path("", include("sweeps.urls")),
 ]
 # No route serves MEDIA_URL, not even under DEBUG: stored files are users' data, sent only by
 # views that check access (core/files.py).

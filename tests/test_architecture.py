@@ -24,6 +24,7 @@ LAYERS = [
     "annotation",
     "deploy",
     "evaluations",
+    "sweeps",
 ]
 MAY_IMPORT = {app: set(LAYERS[:i]) for i, app in enumerate(LAYERS)} | {"config": set(LAYERS)}
 APPS = list(MAY_IMPORT)

@@ -40,6 +40,7 @@ OUR_APPS = {
     "billing",
     "deploy",
     "evaluations",
+    "sweeps",
     "config",
 }
 ROUTES = [

@@ -127,6 +127,8 @@ def meter(attempt_id: int, until: datetime, *, holder: str | None = None) -> str
         start = billing_start(attempt)
         due_seconds = max(0.0, (until - start).total_seconds()) if start else 0.0
         amount = _micro(due_seconds, job) - _micro(attempt.billed_seconds, job)
+        if job.budget_cap:  # never charged past its cap (a sweep's trials add up to its budget)
+            amount = min(amount, job.budget_cap - spent(job))
         if amount > 0:
             try:
                 hold_capture(job, amount)
