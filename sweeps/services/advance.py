@@ -252,25 +252,45 @@ def _start_trials(sweep: Sweep, trials: list[SweepTrial], access: WorkspaceAcces
         sweep.save(update_fields=["notice", "updated_at"])
 
 
+def _sweep_locked(sweep_id: int) -> tuple[Sweep | None, list[SweepTrial]]:
+    """In a transaction: the sweep, locked (one advance at a time), and its trials."""
+    sweep = (
+        Sweep.objects.select_for_update(of=("self",))
+        .select_related("workspace", "created_by", "dataset_version__dataset", "gpu_type")
+        .filter(pk=sweep_id)
+        .first()
+    )
+    if sweep is None:
+        return None, []
+    return sweep, list(
+        SweepTrial.objects.filter(sweep=sweep).select_related("job").order_by("number")
+    )
+
+
 def sweep_advance(sweep_id: int) -> Sweep | None:
-    """One step of the sweep, whoever asks; None when it is gone."""
+    """One step of the sweep, whoever asks; None when it is gone.
+
+    Two transactions, each under the sweep's lock: what ended is recorded and the trials the
+    pruner gives up are stopped, then new trials are started. A stop locks its job's row, and a
+    running job's metering locks that row after its workspace's (training.metering); a submit
+    in the same transaction would then wait on the workspace while holding the job: PostgreSQL
+    found that deadlock in the real sweep test. Committed first, the stops hold nothing."""
     with transaction.atomic():
-        sweep = (
-            Sweep.objects.select_for_update(of=("self",))
-            .select_related("workspace", "created_by", "dataset_version__dataset", "gpu_type")
-            .filter(pk=sweep_id)
-            .first()
-        )
+        sweep, trials = _sweep_locked(sweep_id)
         if sweep is None:
             return None
-        trials = list(
-            SweepTrial.objects.filter(sweep=sweep).select_related("job").order_by("number")
-        )
         if sweep.state != SweepState.RUNNING and not any(t.is_open for t in trials):
             return sweep
         access, why = _acting_access(sweep)
         _record(sweep, trials, access)
+        if sweep.state == SweepState.RUNNING and access is None:
+            sweep_finish(sweep, f"Ended: {why}")
+    with transaction.atomic():
+        sweep, trials = _sweep_locked(sweep_id)
+        if sweep is None:
+            return None
         if sweep.state == SweepState.RUNNING:
+            access, why = _acting_access(sweep)
             if access is None:
                 sweep_finish(sweep, f"Ended: {why}")
             else:
