@@ -27,7 +27,7 @@ from evaluations.services.submit import (
 )
 from training import selectors as training_selectors
 from training.models import TrainedModel
-from training.views.job_page import _confusion, metric_groups
+from training.views.job_page import confusion_shaded, metric_groups
 from workspaces import selectors as workspace_selectors
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
@@ -256,7 +256,7 @@ def _detail_context(access: WorkspaceAccess, evaluation: Evaluation) -> dict:
         "version": evaluation.dataset_version,
         "quality": metric_groups(evaluation.metrics)["quality"],
         "per_class": _per_class(evaluation.per_class, link),
-        "confusion": _confusion(confusion, link),
+        "confusion": confusion_shaded(confusion, link),
         "confusion_hidden": confusion_hidden,
         "curves": [_curve_svg(c) for c in evaluation.curves],
         "worst": worst,

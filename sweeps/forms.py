@@ -9,7 +9,7 @@ from core.errors import ServiceError
 from datasets.models import DatasetVersion, Task
 from sweeps.services.space import space_parse
 from sweeps.services.submit import MAX_TRIALS, metric_choices
-from training.forms import BatchField, VersionChoiceField
+from training.forms import BatchField, VersionChoiceField, train_params_of
 from training.models import ModelFamily, ModelSize, WeightsSource
 from training.services.arguments import TrainParams, extra_args_parse, ultralytics_config
 
@@ -186,16 +186,9 @@ class SweepForm(forms.Form):
 
     def base_params(self) -> TrainParams:
         data = self.cleaned_data
-        return TrainParams(
+        return train_params_of(
+            data,
             task=data["dataset_version"].dataset.task,
-            model_family=data["model_family"],
-            model_size=data["model_size"],
-            weights=data["weights"],
-            epochs=data["epochs"],
-            imgsz=data["imgsz"],
-            batch=data["batch"],
-            patience=data["patience"],
-            optimizer=data["optimizer"],
             seed=data["train_seed"],
             extra_args=data.get("extra_args_parsed") or {},
         )

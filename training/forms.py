@@ -243,19 +243,30 @@ class TrainForm(forms.Form):
 
     def params(self, *, extra_args: dict) -> TrainParams:
         data = self.cleaned_data
-        return TrainParams(
+        return train_params_of(
+            data,
             task=data["task"] or data["dataset_version"].dataset.task,
-            model_family=data["model_family"],
-            model_size=data["model_size"],
-            weights=data["weights"],
-            epochs=data["epochs"],
-            imgsz=data["imgsz"],
-            batch=data["batch"],
-            patience=data["patience"],
-            optimizer=data["optimizer"],
             seed=data["seed"],
             extra_args=extra_args,
         )
+
+
+def train_params_of(data: dict, *, task: str, seed: int, extra_args: dict) -> TrainParams:
+    """The run's settings from a form's cleaned model, weights and training fields (the
+    training form's, a sweep's shared settings)."""
+    return TrainParams(
+        task=task,
+        model_family=data["model_family"],
+        model_size=data["model_size"],
+        weights=data["weights"],
+        epochs=data["epochs"],
+        imgsz=data["imgsz"],
+        batch=data["batch"],
+        patience=data["patience"],
+        optimizer=data["optimizer"],
+        seed=seed,
+        extra_args=extra_args,
+    )
 
 
 COMPARE_MIN, COMPARE_MAX = 2, 8

@@ -29,7 +29,7 @@ from sweeps.services.optimizer import Observed, propose, prune_decision, tpe_sta
 from sweeps.services.space import space_dimensions, trial_params
 from sweeps.services.submit import sweep_base_params, sweep_finish
 from training.models import EpochMetric, JobState, TrainingJob
-from training.services.jobs import _concurrency_check, job_stop, job_submit
+from training.services.jobs import concurrency_check, job_stop, job_submit
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_user
 
@@ -159,7 +159,7 @@ def _acting_access(sweep: Sweep) -> tuple[WorkspaceAccess | None, str]:
 def _has_room(access: WorkspaceAccess) -> str:
     """ "" when the plan lets another job start now, else its sentence."""
     try:
-        _concurrency_check(access.workspace)
+        concurrency_check(access.workspace)
     except ServiceError as e:
         return str(e)
     return ""

@@ -16,7 +16,7 @@ from training.models import JobState, TrainedModel, TrainingJob
 from training.selectors import MAIN_METRIC, PRIMARY_METRIC
 from training.services.arguments import TrainParams, train_params_validate
 from training.services.catalog import gpu_pick
-from training.services.jobs import _concurrency_check, job_stop
+from training.services.jobs import concurrency_check, job_stop
 from training.services.models import model_promote
 from workspaces.models import Project
 from workspaces.permissions import Perm
@@ -107,7 +107,7 @@ def sweep_submit(
         raise ServiceError("Run at least one trial at a time.")
     if not isinstance(budget, int) or budget < 0:
         raise ServiceError("The budget is a number of credits, 0 or more.")
-    _concurrency_check(access.workspace)  # the plan's jobs at a time: room for one trial
+    concurrency_check(access.workspace)  # the plan's jobs at a time: room for one trial
     blocked = dataset_training_blocked_reason(dataset=version.dataset)
     if blocked:
         raise ServiceError(blocked)
@@ -198,7 +198,7 @@ def sweep_resume(*, access: WorkspaceAccess, sweep: Sweep) -> Sweep:
     sweep = _locked(sweep)
     if sweep.state != SweepState.STOPPED:
         raise ServiceError(f"Only a stopped sweep resumes; {sweep.title} is {sweep.state}.")
-    _concurrency_check(access.workspace)
+    concurrency_check(access.workspace)
     sweep.state = SweepState.RUNNING
     sweep.notice = ""
     sweep.finished_at = None

@@ -49,7 +49,7 @@ from training.services.external_uploads import (
     run_ended_message,
     upload_model_make,
 )
-from training.services.jobs import _concurrency_check, job_locked, job_state_bump, job_transition
+from training.services.jobs import concurrency_check, job_locked, job_state_bump, job_transition
 from training.streams import PROGRESS_TTL, progress_key, stream_key, training_redis
 from workspaces.models import Project
 from workspaces.permissions import Perm
@@ -176,7 +176,7 @@ def external_run_start(
         )
         if again is not None:
             return again, again.attempt_rows.get(number=1)
-    _concurrency_check(access.workspace)
+    concurrency_check(access.workspace)
     model = args.get("model", "")
     family, size = architecture_family_size(Path(model).stem) or ("", "")
     epochs = _int(data.get("epochs"), None, low=1, high=100_000) or _int(
@@ -226,7 +226,7 @@ def external_run_resume(*, job: TrainingJob, data: dict) -> tuple[TrainingJob, T
     if job.state in (JobState.SUCCEEDED, JobState.CANCELED):
         raise RunRefused(f"{job.title} has {job.get_state_display().lower()}.")
     if job.is_final:
-        _concurrency_check(job.workspace)
+        concurrency_check(job.workspace)
     now = timezone.now()
     TrainingAttempt.objects.filter(job=job, ended_at__isnull=True).update(
         ended_at=now, end_reason=AttemptEnd.LOST, message="Its client started the run again."

@@ -228,7 +228,7 @@ def job_submit(
     _in_workspace(access, project, "project")
     _in_workspace(access, version.dataset, "dataset")
     gpu = gpu_pick(workspace=access.workspace, gpu_id=gpu_type_id)
-    _concurrency_check(access.workspace)
+    concurrency_check(access.workspace)
     blocked = dataset_training_blocked_reason(dataset=version.dataset)
     if blocked:
         raise ServiceError(blocked)
@@ -296,7 +296,7 @@ def job_submit(
     return job
 
 
-def _concurrency_check(workspace) -> None:
+def concurrency_check(workspace) -> None:
     plan = workspace.plan
     limit = getattr(plan, "max_concurrent_jobs", None)
     if not limit:
@@ -374,7 +374,7 @@ def job_resume(*, access: WorkspaceAccess, job: TrainingJob) -> TrainingJob:
     refusal = job_resume_refusal(job)
     if refusal:
         raise ServiceError(refusal)
-    _concurrency_check(job.workspace)
+    concurrency_check(job.workspace)
     job_requeue(job, lost=False)
     # Hold what is left at the pace of its own epochs (the estimator's figure before any).
     from training.estimator import reestimate

@@ -192,7 +192,7 @@ def _per_class(rows: list, link) -> dict | None:
     }
 
 
-def _confusion(matrix: dict, link) -> dict | None:
+def confusion_shaded(matrix: dict, link) -> dict | None:
     """The confusion matrix as table rows (rows predicted, columns true, as Ultralytics lays it
     out); each cell's shade is its share of the true class: cm-0 for none, cm-1..cm-9 for some."""
     names = matrix.get("names") if isinstance(matrix, dict) else None
@@ -245,7 +245,7 @@ def _results(access: WorkspaceAccess, job: TrainingJob) -> dict:
     return {
         "final": metric_groups(job.final_metrics or {}),
         "per_class": _per_class(results.get("per_class") or [], link),
-        "confusion": _confusion(results.get("confusion_matrix") or {}, link),
+        "confusion": confusion_shaded(results.get("confusion_matrix") or {}, link),
         "curves": curves,
         "val_images": val_images,
         "shown": shown,
