@@ -9,13 +9,10 @@ import dataclasses
 import difflib
 import math
 
-import yaml
-
 from core.errors import ServiceError
 from training.models import ModelSize
 from training.services.arguments import (
     EPOCHS_MAX,
-    EXTRA_ARGS_MAX_BYTES,
     IMGSZ_MAX,
     IMGSZ_MIN,
     IMGSZ_STRIDE,
@@ -23,6 +20,7 @@ from training.services.arguments import (
     check_value,
     trainable_keys,
     ultralytics_config,
+    yaml_mapping_load,
 )
 
 MAX_ARGUMENTS = 16
@@ -197,23 +195,12 @@ def space_clean(space: dict) -> dict:
 def space_parse(text: str) -> dict:
     """The form's box of further arguments to search, YAML: `name: [a, b]` or
     `name: {low: x, high: y, log: true}` per line."""
-    if not text or not text.strip():
-        return {}
-    if len(text.encode("utf-8")) > EXTRA_ARGS_MAX_BYTES:
-        raise ServiceError("The further arguments to search are too long.")
-    try:
-        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
-            raise ServiceError("The arguments to search cannot use YAML aliases (*name).")
-        found = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise ServiceError("The further arguments to search are not valid YAML.") from None
-    if found is None:
-        return {}
-    if not isinstance(found, dict):
-        raise ServiceError(
-            "Further arguments to search: one per line, e.g. 'mixup: {low: 0, high: 0.3}'."
-        )
-    return found
+    return yaml_mapping_load(
+        text,
+        what="The further arguments to search",
+        shape="go one per line, e.g. 'mixup: {low: 0, high: 0.3}'",
+        too_long="search fewer",
+    )
 
 
 def _largest(d: Dimension):

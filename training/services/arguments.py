@@ -366,33 +366,39 @@ def _extra_args_reasons(args: dict) -> list[str]:
     return reasons
 
 
-def extra_args_parse(text: str) -> dict:
-    """The advanced box: a YAML mapping of train arguments, checked as Ultralytics would."""
+def yaml_mapping_load(text: str, *, what: str, shape: str, too_long: str) -> dict:
+    """A person's YAML box read as one mapping ({} when empty), refused with a sentence that
+    starts with `what`: over EXTRA_ARGS_MAX_BYTES (`too_long` says what to do), aliases (which
+    grow a small text into a huge structure), not YAML (the line and the problem), or not a
+    mapping (`shape`: how it should look)."""
     if not text or not text.strip():
         return {}
     if len(text.encode("utf-8")) > EXTRA_ARGS_MAX_BYTES:
-        raise ServiceError(
-            f"The advanced arguments are over {EXTRA_ARGS_MAX_BYTES // 1024} KB; "
-            "keep only the ones you change."
-        )
+        raise ServiceError(f"{what} are over {EXTRA_ARGS_MAX_BYTES // 1024} KB; {too_long}.")
     try:
-        # Aliases (*name) can grow a small text into a huge structure: refuse them.
         if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
-            raise ServiceError("The advanced arguments cannot use YAML aliases (*name).")
-        args = yaml.safe_load(text)
+            raise ServiceError(f"{what} cannot use YAML aliases (*name).")
+        found = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = getattr(error, "problem", None) or "not valid YAML"
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise ServiceError(
-            f"The advanced arguments are not valid YAML ({where}{problem})."
-        ) from None
-    if args is None:
+        raise ServiceError(f"{what} are not valid YAML ({where}{problem}).") from None
+    if found is None:
         return {}
-    if not isinstance(args, dict):
-        raise ServiceError(
-            "The advanced arguments must be one 'name: value' per line, e.g. 'lr0: 0.001'."
-        )
+    if not isinstance(found, dict):
+        raise ServiceError(f"{what} {shape}.")
+    return found
+
+
+def extra_args_parse(text: str) -> dict:
+    """The advanced box: a YAML mapping of train arguments, checked as Ultralytics would."""
+    args = yaml_mapping_load(
+        text,
+        what="The advanced arguments",
+        shape="must be one 'name: value' per line, e.g. 'lr0: 0.001'",
+        too_long="keep only the ones you change",
+    )
     reasons = _extra_args_reasons(args)
     if reasons:
         raise ServiceError(" ".join(reasons))
