@@ -150,10 +150,10 @@ def seed(work: Path, copies: int) -> Seeded:
     from bench.predict import weights_default
     from datasets.models import DatasetClass, Image
     from training.models import JobState
+    from training.process.lease import lease_take
     from training.services.arguments import TrainParams
     from training.services.jobs import job_locked, job_submit, job_transition
     from training.services.models import model_upload
-    from training.supervisor import lease_take
     from workspaces.services.keys import api_key_create
 
     demo = demo_setup(work, f"bench-load-{secrets.token_hex(3)}@example.com", copies=copies)

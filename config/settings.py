@@ -256,7 +256,7 @@ CELERY_TASK_TIME_LIMIT = 15 * 60
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 60 * 60}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A broker (Redis) that goes away is reconnected to for as long as it takes, and the tasks
-# running meanwhile go on: a training run outlives a Redis restart (training/supervisor.py).
+# running meanwhile go on: a training run outlives a Redis restart (training/process/follow.py).
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_DEFAULT_QUEUE", default="default")

@@ -163,3 +163,50 @@ def test_a_layering_break_is_caught(tmp_path):
     assert _refused("billing", graph) == ["billing.probe -> training.selectors"]
     graph = {"workspaces.probe": {"billing.plans", "billing.payments"}}
     assert _refused("workspaces", graph) == ["workspaces.probe -> billing.payments"]
+
+
+# Training's process side is one package (issue 27: its runner and supervisor had grown to 935
+# and 1256 lines): a phase of an attempt that outgrows this becomes a module of its own.
+PROCESS_MAX_LINES = 500
+
+
+def test_no_module_of_trainings_process_side_is_over_500_lines():
+    sizes = {
+        name: len(path.read_text().splitlines())
+        for name, path in MODULES.items()
+        if name.startswith("training.process.")
+    }
+    assert {"training.process.runner", "training.process.supervisor"} <= set(sizes)
+    over = {name: lines for name, lines in sizes.items() if lines > PROCESS_MAX_LINES}
+    assert not over, f"over {PROCESS_MAX_LINES} lines: {over}"
+
+
+# What a run reports as it goes (epochs, console, system samples) has one writer, whoever ran the
+# job: a supervised run's trainer and an external run's client alike (issue 27).
+REPORT_ROWS = {"EpochMetric", "LogChunk", "SystemSample"}
+ROW_WRITES = {"create", "bulk_create", "update_or_create", "get_or_create"}
+
+
+def _report_row_writes(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in REPORT_ROWS:
+            found.append(f"{func.id}(...)")
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr in ROW_WRITES
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "objects"
+            and isinstance(func.value.value, ast.Name)
+            and func.value.value.id in REPORT_ROWS
+        ):
+            found.append(f"{func.value.value.id}.objects.{func.attr}")
+    return found
+
+
+def test_what_a_run_reports_as_it_goes_has_one_writer():
+    writers = {name: found for name, path in MODULES.items() if (found := _report_row_writes(path))}
+    assert set(writers) == {"training.process.writer"}, writers

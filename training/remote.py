@@ -1,7 +1,7 @@
-"""What a remote trainer (`python -m training.runner --remote`, on a machine with no database,
-Redis or shared disk) fetches from Kestrel over HTTPS, and where it puts its files. Every route
-takes the attempt's bearer token (training.trainer_events.events_token): one job, one attempt,
-dead once the attempt ends.
+"""What a remote trainer (`python -m training.process.runner --remote`, on a machine with no
+database, Redis or shared disk) fetches from Kestrel over HTTPS, and where it puts its files.
+Every route takes the attempt's bearer token (training.trainer_events.events_token): one job,
+one attempt, dead once the attempt ends.
 
 - `GET  /api/v1/trainer/jobs/<id>/spec`: the attempt's spec, with URLs where the local
   supervisor's spec has paths of its own machine.
@@ -246,7 +246,7 @@ def trainer_upload_refusal(
 def _attempt_live(job_id: int, attempt: int) -> bool:
     """Whether `attempt` is the job's live attempt (an upload URL dies with its attempt). What
     it uploads is only staged for its supervisor, which inspects each checkpoint before it
-    stores it (training.supervisor)."""
+    stores it (training.process.checkpoints)."""
     job = TrainingJob.objects.filter(pk=job_id).values("attempts", "state").first()
     if job is None or job["state"] in FINAL_STATES or job["attempts"] != attempt:
         return False

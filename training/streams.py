@@ -2,9 +2,10 @@
 stream, the stop/cancel word, the fence of its attempt, how far its events are stored, the
 supervisor's heartbeat, the latest batch, and the counter live pages watch.
 
-The supervisor (training.supervisor) writes most of these, the trainer (training.runner, told
-the keys in its spec) the rest; web code (the live feed, the job page, the API, the trainer
-events endpoint) reads them from here. A finished job needs nothing from Redis."""
+The supervisor (training.process.supervisor) writes most of these, the trainer
+(training.process.runner, told the keys in its spec) the rest; web code (the live feed, the job
+page, the API, the trainer events endpoint) reads them from here. A finished job needs nothing
+from Redis."""
 
 import json
 
@@ -22,7 +23,7 @@ def stream_key(job_id: int) -> str:
 
 def kept_key(job_id: int) -> str:
     """The sequence number up to which the supervisor stored the trainer's events: the trainer
-    keeps each event on its disk until then (training.runner.Spool)."""
+    keeps each event on its disk until then (training.process.spool.Spool)."""
     return f"training:job:{job_id}:kept"
 
 

@@ -2,7 +2,7 @@ import logging
 
 from celery import shared_task
 
-from training import supervisor
+from training.process import supervisor
 from training.weights_process import INSPECT_TIMEOUT_SECONDS
 
 logger = logging.getLogger(__name__)

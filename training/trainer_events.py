@@ -19,7 +19,7 @@ from ninja import Router
 
 from training.event_schema import MAX_BODY_BYTES, EventRefused, events_body_parse
 from training.models import FINAL_STATES, TrainingAttempt, TrainingJob
-from training.runner import STREAM_MAXLEN
+from training.process.events import STREAM_MAXLEN
 from training.streams import control_key, kept_key, sent_key, stream_key, training_redis
 
 # How far past the highest number it sent before a trainer's next event may be: it skips

@@ -1,8 +1,8 @@
 """The job page as a live monitor, in Debian chromium, without a worker: the test appends events
-to the job's Redis stream the way the trainer does (training.runner.Events.emit), and the page,
-fed by training.live's server-sent events, follows them without reloading: charts gain points,
-the progress bar moves, the console shows coloured lines and can be searched, the title shows
-the epoch; when the job ends the stream closes and the results appear.
+to the job's Redis stream the way the trainer does (training.process.events.Events.emit), and
+the page, fed by training.live's server-sent events, follows them without reloading: charts gain
+points, the progress bar moves, the console shows coloured lines and can be searched, the title
+shows the epoch; when the job ends the stream closes and the results appear.
 
 The event stream is an async view that never ends while the job runs: pages that follow a job
 are served by uvicorn (the asgi_server fixture), not by the WSGI live_server.
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 class Trainer:
-    """Appends events to the job's stream as training.runner.Events.emit does."""
+    """Appends events to the job's stream as training.process.events.Events.emit does."""
 
     def __init__(self, job: TrainingJob, attempt: int = 1):
         self.job, self.attempt, self.seq = job, attempt, 0

@@ -181,7 +181,7 @@ def test_two_stage_upload_runs_nothing_and_keeps_no_refused_file(
 
 
 def _trainer_run(weights: Path, work: Path) -> str:
-    """The trainer process (`python -m training.runner`) training from `weights`, as the
+    """The trainer process (`python -m training.process.runner`) training from `weights`, as the
     supervisor starts it; the message of its last event."""
     import redis
 
@@ -227,7 +227,7 @@ def _trainer_run(weights: Path, work: Path) -> str:
     # Outside pytest, as in production: Ultralytics behaves differently under pytest and CI.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_CURRENT_TEST", "CI")}
     subprocess.run(  # noqa: S603 - our own module
-        [sys.executable, "-m", "training.runner", str(spec_path)],
+        [sys.executable, "-m", "training.process.runner", str(spec_path)],
         cwd=ROOT,
         env={**env, "CUDA_VISIBLE_DEVICES": ""},
         timeout=300,

@@ -20,9 +20,9 @@ from django.utils import timezone
 from tests.training.conftest import detect_version, gpu_local, project, workers  # noqa: F401 (fixtures)
 from tests.training.helpers import submit, wait_state
 from training.models import AttemptEnd, JobState, TrainedModel, TrainingAttempt, TrainingJob
+from training.process.supervisor import Supervisor, lease_take
 from training.providers.base import Machine
 from training.streams import stream_key, training_redis
-from training.supervisor import Supervisor, lease_take
 from training.trainer_events import events_token
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -3,10 +3,10 @@
     python -m tests.training.checkpoint_matrix WORKDIR
 
 Run as its own process, outside pytest (Ultralytics behaves differently under pytest), with
-restricted loading set up first, as in `training.runner`: the training itself, Ultralytics' final
-evaluation and `strip_optimizer`, and a resume all open checkpoints through it. Each run is one
-epoch on CPU at imgsz 64; its last.pt is copied while it still holds the optimizer (the final
-evaluation strips it). Writes WORKDIR/manifest.json.
+restricted loading set up first, as in `training.process.runner`: the training itself,
+Ultralytics' final evaluation and `strip_optimizer`, and a resume all open checkpoints through
+it. Each run is one epoch on CPU at imgsz 64; its last.pt is copied while it still holds the
+optimizer (the final evaluation strips it). Writes WORKDIR/manifest.json.
 """
 
 import json
@@ -91,7 +91,7 @@ def _train(name: str, data: Path, work: Path, *, epochs: int = 1, stop_after: in
 
 
 def _resume(checkpoint: Path) -> dict:
-    """Continue from `checkpoint` as training.runner resumes a job."""
+    """Continue from `checkpoint` as training.process.runner resumes a job."""
     from ultralytics import YOLO
 
     seen: dict = {"epochs": []}

@@ -154,7 +154,7 @@ def test_a_held_lease_turns_the_second_runner_away(team, project, detect_version
 
     from django.utils import timezone
 
-    from training.supervisor import run_job
+    from training.process.supervisor import run_job
 
     job = submit(team, project, detect_version, gpu_local)
     TrainingJob.objects.filter(pk=job.pk).update(
@@ -347,7 +347,7 @@ def test_malformed_or_out_of_order_events_are_dropped_and_counted(
 ):
     import json as json_
 
-    from training.supervisor import Supervisor, lease_take
+    from training.process.supervisor import Supervisor, lease_take
 
     job = submit(team, project, detect_version, gpu_local)
     supervisor = Supervisor(lease_take(job.pk, "here:1:x"))

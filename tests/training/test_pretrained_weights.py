@@ -19,9 +19,9 @@ from core.errors import ServiceError
 from tests.training.helpers import job_reload
 from tests.training.weights_source import weights_source_down, weights_source_up  # noqa: F401
 from training.models import AttemptEnd, FailureKind, JobState, LogChunk, TrainingJob
+from training.process.supervisor import run_job
 from training.services.arguments import TrainParams, pretrained_weights_find
 from training.services.jobs import job_resume, job_submit
-from training.supervisor import run_job
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""The remote trainer across a network boundary: `python -m training.runner --remote` in a
+"""The remote trainer across a network boundary: `python -m training.process.runner --remote` in a
 network namespace of the suite's own (tests/netns.py), with its own empty folder and nothing of
 Kestrel's settings, reaching only the test's web server over HTTP. It fetches its spec, the
 dataset and its weights, sends its events and uploads its checkpoints there, and the job ends
@@ -174,7 +174,7 @@ def test_the_command_provider_passes_the_token_on_stdin_and_no_settings(tmp_path
     assert provider.exit_code(handle) == 0, (tmp_path / "log").read_text()
     seen = json.loads((tmp_path / "recorder.py.json").read_text())
     assert seen["argv"] == [
-        "/opt/python", "-m", "training.runner",
+        "/opt/python", "-m", "training.process.runner",
         "--remote", "https://kestrel.example.com/api/v1/trainer/jobs/7",
         "--workdir", "/data/kestrel",
     ]  # fmt: skip

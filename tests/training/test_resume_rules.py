@@ -20,8 +20,8 @@ from core.errors import ServiceError
 from tests.training.factories import job_row
 from tests.training.helpers import job_reload
 from training.models import AttemptEnd, FailureKind, JobState, TrainedModel, TrainingAttempt
+from training.process.runner import failure_kind
 from training.reaper import jobs_reap
-from training.runner import failure_kind
 from training.services.jobs import job_resume
 from workspaces.services.keys import api_key_create
 
@@ -219,9 +219,9 @@ def test_refused_weights_fail_the_job_for_good(team, project, detect_version, gp
     from django.core.files.base import ContentFile
     from django.core.files.storage import default_storage
 
+    from training.process.supervisor import run_job
     from training.services.arguments import TrainParams
     from training.services.jobs import job_submit
-    from training.supervisor import run_job
 
     key = default_storage.save("models/broken.pt", ContentFile(b"PK\x03\x04 not a checkpoint"))
     base = TrainedModel.objects.create(

@@ -105,7 +105,7 @@ def test_the_task_of_a_gpu_type_field_by_field():
     assert not {"KESTREL_JOB_URL", "KESTREL_TRAINER_TOKEN"} & set(config["envs"])
     assert TOKEN not in json.dumps({k: v for k, v in config.items() if k != "secrets"})
     assert config["run"].strip() == (
-        'cd ~/kestrel && python3 -m training.runner --remote "$KESTREL_JOB_URL"'
+        'cd ~/kestrel && python3 -m training.process.runner --remote "$KESTREL_JOB_URL"'
     )
     assert config["api_server_access"] is False
     # Set-up installs what the trainer imports at this server's own versions.

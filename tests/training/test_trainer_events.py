@@ -166,7 +166,7 @@ def test_a_remote_trainer_keeps_its_events_until_kestrel_stored_them(
 ):
     """The trainer's side: what Kestrel took but did not store (its Redis restarted empty) is
     sent again after a while; what it stored is forgotten, and close() waits for that."""
-    from training.runner import HttpEvents
+    from training.process.events import HttpEvents
 
     (tmp_path / "checkpoints").mkdir()
     events = HttpEvents(

@@ -1,10 +1,10 @@
-"""The hung-trainer rule (training.watchdog) on a clock the test moves: how long a run may be
-silent follows its own pace, with a floor, a ceiling, and room for the phases nothing has
+"""The hung-trainer rule (training.process.watchdog) on a clock the test moves: how long a run
+may be silent follows its own pace, with a floor, a ceiling, and room for the phases nothing has
 timed yet. The real thing (a trainer frozen mid-run) is tests/reliability/test_trainer_hangs.py."""
 
 from types import SimpleNamespace
 
-from training.watchdog import Watchdog
+from training.process.watchdog import Watchdog
 
 
 def batch(n, of=10, epoch=1, epochs=5):

@@ -1,5 +1,5 @@
 """Where trainers run. Each provider gets a machine, starts the trainer on it, tells whether it
-is alive, and ends it; the supervising task (training.supervisor) does the rest the same way
+is alive, and ends it; the supervising task (training.process.supervisor) does the rest the same way
 for all of them."""
 
 from django.conf import settings

@@ -1,8 +1,8 @@
 """The one small interface every provider implements.
 
 A cloud provider (SkyPilot, Kubernetes) fits behind it: `provision` rents the machine,
-`start` launches `python -m training.runner` there with the job's spec, whose events come back
-over HTTP with a per-job token into the same Redis stream; `alive` and `terminate` ask the
+`start` launches `python -m training.process.runner` there with the job's spec, whose events come
+back over HTTP with a per-job token into the same Redis stream; `alive` and `terminate` ask the
 cloud. The local provider does all four with processes on this machine.
 """
 

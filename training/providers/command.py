@@ -1,5 +1,5 @@
 """The command provider: the trainer runs on a machine Kestrel reaches through a command of the
-operator's, such as `ssh -T gpu-box` or `ip netns exec lab`, as `python -m training.runner
+operator's, such as `ssh -T gpu-box` or `ip netns exec lab`, as `python -m training.process.runner
 --remote <job-url>`. That machine needs Kestrel's code and Ultralytics, and HTTPS to Kestrel
 (TRAINING_EVENTS_URL); no database, Redis or shared disk. The attempt's token goes to the
 trainer's standard input, never its command line; its environment is the command's own.
@@ -62,7 +62,7 @@ class CommandProvider(Provider):
             *machine.details["command"],
             settings.TRAINING_COMMAND_PYTHON,
             "-m",
-            "training.runner",
+            "training.process.runner",
             "--remote",
             remote_job_url(spec["job_id"]),
         ]

@@ -40,7 +40,7 @@ class LocalProvider(Provider):
             env["CUDA_VISIBLE_DEVICES"] = ""  # the page says CPU: never touch a GPU
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(  # noqa: S603 - our own module, arguments we wrote
-                [sys.executable, "-m", "training.runner", spec_path],
+                [sys.executable, "-m", "training.process.runner", spec_path],
                 cwd=ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -80,4 +80,4 @@ def _is_trainer(pid: int | None) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"training.runner" in cmdline
+    return b"training.process.runner" in cmdline

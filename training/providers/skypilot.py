@@ -1,7 +1,8 @@
 """The SkyPilot provider: each attempt is a SkyPilot managed job on the GPU its type names,
-running the remote trainer (`python -m training.runner --remote`), which talks to Kestrel over
-HTTPS only. SkyPilot picks the cloud and region, recovers a preempted spot machine (the trainer
-resumes from its last checkpoint) and tears the machine down when the job ends or is cancelled.
+running the remote trainer (`python -m training.process.runner --remote`), which talks to
+Kestrel over HTTPS only. SkyPilot picks the cloud and region, recovers a preempted spot machine
+(the trainer resumes from its last checkpoint) and tears the machine down when the job ends or
+is cancelled.
 
 What each GPU type rents comes from its options in the admin (GpuType.provider_options, see
 `OPTION_KEYS`), else from `settings.TRAINING_SKYPILOT_TYPES` (GPU type slug -> options);
@@ -160,7 +161,9 @@ def task_config(*, options: dict, job_url: str, token: str, name: str) -> dict:
         "resources": resources_for(options),
         "file_mounts": {f"{REMOTE_DIR}/training": str(ROOT / "training")},
         "setup": setup_script(),
-        "run": f'cd {REMOTE_DIR} && python3 -m training.runner --remote "$KESTREL_JOB_URL"\n',
+        "run": (
+            f'cd {REMOTE_DIR} && python3 -m training.process.runner --remote "$KESTREL_JOB_URL"\n'
+        ),
         "envs": {"PYTHONUNBUFFERED": "1", "YOLO_AUTOINSTALL": "0"},
         "secrets": {"KESTREL_JOB_URL": job_url, "KESTREL_TRAINER_TOKEN": token},
         # The trainer talks to Kestrel only, never to SkyPilot's API server.

@@ -13,7 +13,8 @@ OPTION_KEYS = {
     "use_spot": "rent spot machines, recovered when preempted (default false)",
     "disk_size": "disk in GB (default SkyPilot's)",
     "max_restarts_on_errors": "restarts of a trainer that failed on its own (default 1)",
-    # The supervisor cancels a run still queued or provisioning past it (training.supervisor).
+    # The supervisor cancels a run still queued or provisioning past it
+    # (training.process.beat).
     "provision_timeout_seconds": "how long the job may wait for a machine (default 1800)",
 }
 

@@ -1,6 +1,8 @@
 """External training jobs: a run of stock `ultralytics` on the user's own machine that reports to
 Kestrel's platform webhooks (training.platform_webhooks), kept like a job Kestrel ran: its
-epochs, console, system samples, results and model, in the same rows the job page reads.
+epochs, console, system samples, results and model, in the same rows the job page reads, the
+epochs, console and system samples through the writer a supervised run's go through
+(training.process.writer), after the client's hostile input is checked here.
 
 The client sends its events from a thread pool, so they arrive out of order, some twice and
 some never: every write here is idempotent (an epoch once by its number, a console chunk once
@@ -11,14 +13,11 @@ the user's) and never queued: the reaper of Kestrel's jobs does not know it (no 
 run whose client has gone silent for TRAINING_EXTERNAL_SILENT_SECONDS is marked lost here
 (`external_runs_reap`)."""
 
-import json
-import logging
 import math
 import re
 from datetime import timedelta
 from pathlib import Path
 
-import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -31,14 +30,19 @@ from training.event_schema import Batch
 from training.models import (
     ACTIVE_STATES,
     AttemptEnd,
-    EpochMetric,
     FailureKind,
     JobKind,
     JobState,
-    LogChunk,
-    SystemSample,
     TrainingAttempt,
     TrainingJob,
+)
+from training.process.writer import (
+    console_write,
+    console_written,
+    epoch_write,
+    progress_write,
+    stream_append,
+    system_write,
 )
 from training.services.arguments import architecture_family_size
 from training.services.external_uploads import (
@@ -50,14 +54,10 @@ from training.services.external_uploads import (
     upload_model_make,
 )
 from training.services.jobs import concurrency_check, job_locked, job_state_bump, job_transition
-from training.streams import PROGRESS_TTL, progress_key, stream_key, training_redis
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
-logger = logging.getLogger(__name__)
-
-STREAM_MAXLEN = 50_000  # as the runner's: what a live page can still catch up from
 MAX_MATRIX = 201  # the confusion matrix the results tab draws, background included
 WORKER = "external"  # an external attempt's worker: nobody of Kestrel's
 
@@ -279,22 +279,12 @@ def run_cancelled(job: TrainingJob) -> bool:
     )
 
 
-# --- the stream a live page follows -----------------------------------------------------------
+# --- what the client reports as it goes ------------------------------------------------------
 
 
 def _stream_add(job: TrainingJob, kind: str, seq: int, data: dict) -> None:
-    """What a live job page draws (training.live reads the job's stream); PostgreSQL has it
-    already, so a Redis away only makes the page wait for its next reload."""
-
-    def add() -> None:
-        fields = {"j": str(job.pk), "a": str(job.attempts), "s": str(seq), "t": kind}
-        fields["d"] = json.dumps(data)
-        try:
-            training_redis().xadd(stream_key(job.pk), fields, maxlen=STREAM_MAXLEN)
-        except redis.RedisError:
-            logger.info("job %s: the live stream is away; the page reads PostgreSQL", job.pk)
-
-    transaction.on_commit(add)
+    """The event on the job's live stream too: an external run has no trainer writing one."""
+    stream_append(job_id=job.pk, attempt=job.attempts, kind=kind, seq=seq, data=data)
 
 
 def _number(value) -> float | None:
@@ -367,9 +357,7 @@ def _system_keep(job: TrainingJob, attempt: int, system, *, seq: int) -> None:
         values["gpus"] = gpus
     if not values:
         return
-    SystemSample.objects.bulk_create(
-        [SystemSample(job=job, attempt=attempt, seq=seq, values=values)], ignore_conflicts=True
-    )
+    system_write(job_id=job.pk, attempt=attempt, seq=seq, values=values)
     _stream_add(job, "system", seq, values)
 
 
@@ -410,9 +398,7 @@ def external_epoch(*, job: TrainingJob, data: dict) -> TrainingJob:
         _seen(job, final_metrics=metrics)
         job.final_metrics = metrics
         return job
-    _, created = EpochMetric.objects.update_or_create(
-        job=job, epoch=epoch + 1, defaults={"attempt": job.attempts, "values": metrics}
-    )
+    created = epoch_write(job_id=job.pk, attempt=job.attempts, epoch=epoch + 1, metrics=metrics)
     fields: dict = {}
     if epoch + 1 >= job.epochs_done:
         fields = {"epochs_done": epoch + 1, "latest_metrics": metrics}
@@ -456,16 +442,8 @@ def _progress_keep(job: TrainingJob, frames: dict) -> None:
             )
         except ValidationError:
             continue
-        payload = event.model_dump()
-
-        def keep(payload=payload) -> None:
-            try:
-                training_redis().set(progress_key(job.pk), json.dumps(payload), ex=PROGRESS_TTL)
-            except redis.RedisError:
-                pass  # progress only: the next frame says it again
-
-        transaction.on_commit(keep)
-        _stream_add(job, "batch", 0, payload)
+        transaction.on_commit(lambda event=event: progress_write(job.pk, event))
+        _stream_add(job, "batch", 0, event.model_dump())
         return
 
 
@@ -487,13 +465,11 @@ def external_console(*, job: TrainingJob, data: dict) -> TrainingJob:
     if not content.strip():
         return job  # progress bar frames only: nothing a console keeps
     lines = [line[:2000] for line in content.split("\n")]
-    if LogChunk.objects.filter(job=job, attempt=job.attempts, seq=chunk).exists():
+    if console_written(job_id=job.pk, attempt=job.attempts, seq=chunk):
         TrainingJob.objects.filter(pk=job.pk).update(resent_events=F("resent_events") + 1)
         return job
-    LogChunk.objects.bulk_create(
-        [LogChunk(job=job, attempt=job.attempts, seq=chunk, text="\n".join(lines))],
-        ignore_conflicts=True,  # the same chunk, sent twice at once
-    )
+    # The same chunk sent twice at once is still one row (the writer ignores the second).
+    console_write(job_id=job.pk, attempt=job.attempts, seq=chunk, lines=lines)
     _stream_add(job, "log", chunk, {"lines": lines})
     return job
 

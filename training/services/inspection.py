@@ -7,7 +7,7 @@ that runs it is training.tasks.model_inspect.
 Every checkpoint Kestrel keeps goes through this inspection before it is served: an upload, and
 the best.pt a stock `ultralytics` client sends (its job's model, inspected here; the job lists it
 among its files only once it passed, and says why when it did not); a supervisor inspects its
-attempt's checkpoints with the same worker before it stores them (training.supervisor). A
+attempt's checkpoints with the same worker before it stores them (training.process.checkpoints). A
 message names the file as its owner knows it, never by its storage key."""
 
 import logging

@@ -1,5 +1,5 @@
-"""The remote trainer's side of training.remote: `python -m training.runner --remote <job-url>`
-on a machine that has no database, no Redis and no shared disk, only HTTPS to Kestrel.
+"""The remote trainer's side of training.remote: `python -m training.process.runner --remote
+<job-url>` on a machine that has no database, no Redis and no shared disk, only HTTPS to Kestrel.
 
 It reads its token from `KESTREL_TRAINER_TOKEN` (a SkyPilot secret) or its standard input
 (what the command provider writes there), never the command line, which other users of a
@@ -157,7 +157,7 @@ def _device() -> str:
 
 
 def remote_prepare(job_url: str, token: str, workdir: Path) -> dict:
-    """The spec a trainer runs with (training.runner.run), from what Kestrel serves."""
+    """The spec a trainer runs with (training.process.runner.run), from what Kestrel serves."""
     from training.ultralytics_env import ultralytics_env
 
     kestrel = Kestrel(job_url, token)
@@ -218,7 +218,7 @@ def remote_spec_from_argv(argv: list[str]) -> dict:
     command such as ssh can pass without showing it)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m training.runner")
+    parser = argparse.ArgumentParser(prog="python -m training.process.runner")
     parser.add_argument("--remote", required=True, metavar="JOB_URL")
     parser.add_argument("--workdir", default=os.environ.get(WORKDIR_ENV) or "kestrel-trainer")
     args = parser.parse_args(argv)
