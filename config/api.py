@@ -11,6 +11,7 @@ from datasets.api_uploads import router as uploads_router
 from datasets.api_versions import router as versions_router
 from deploy.api import endpoints
 from deploy.api import router as deploy_router
+from sweeps.api import router as sweeps_router
 from training.api import router as training_router
 from training.remote import router as remote_router
 from training.trainer_events import router as trainer_router
@@ -39,6 +40,7 @@ api.add_router("/", trainer_router)
 api.add_router("/", remote_router)
 api.add_router("/", annotation_router)
 api.add_router("/", deploy_router)
+api.add_router("/", sweeps_router)
 
 
 @api.exception_handler(PermissionDenied)

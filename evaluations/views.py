@@ -235,6 +235,9 @@ def _detail_context(access: WorkspaceAccess, evaluation: Evaluation) -> dict:
         pk = class_ids.get(paired.get(name) or "")
         return f"{gallery}?{urlencode({'class': pk})}" if pk else None
 
+    # The worst images open in the gallery filtered to them (datasets' ?evaluation=), so
+    # its previous and next go through these images only.
+    only_worst = "?" + urlencode({"evaluation": evaluation.pk})
     worst = []
     for row in evaluation.worst_images:
         image_id = row.get("image_id")
@@ -243,8 +246,11 @@ def _detail_context(access: WorkspaceAccess, evaluation: Evaluation) -> dict:
             {
                 **row,
                 "thumb": reverse("dataset_image_thumb", kwargs=kwargs) if image_id else None,
-                "editor": reverse("image_annotate", kwargs=kwargs) if image_id else None,
-                "detail": reverse("dataset_image_detail", kwargs=kwargs) if image_id else None,
+                "detail": (
+                    reverse("dataset_image_detail", kwargs=kwargs) + only_worst
+                    if image_id
+                    else None
+                ),
             }
         )
     targets = {row.get("version") for row in evaluation.class_map}
@@ -260,6 +266,9 @@ def _detail_context(access: WorkspaceAccess, evaluation: Evaluation) -> dict:
         "confusion_hidden": confusion_hidden,
         "curves": [_curve_svg(c) for c in evaluation.curves],
         "worst": worst,
+        "worst_gallery": gallery + only_worst
+        if any(row.get("image_id") for row in evaluation.worst_images)
+        else None,
         "renamed": [r for r in evaluation.class_map if r.get("version") not in (None, r["model"])],
         "ignored": evaluation.ignored_classes,
         "left_out": left_out,

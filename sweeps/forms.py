@@ -48,9 +48,14 @@ class SweepForm(forms.Form):
         choices=ModelSize.choices, initial=ModelSize.N, help_text="Unless sizes are searched."
     )
     weights = forms.ChoiceField(
-        choices=[c for c in WeightsSource.choices if c[0] != WeightsSource.MODEL],
-        initial=WeightsSource.SCRATCH,
-        widget=forms.RadioSelect,
+        choices=WeightsSource.choices, initial=WeightsSource.SCRATCH, widget=forms.RadioSelect
+    )
+    base_model = forms.ChoiceField(
+        required=False,
+        label="Model to fine-tune",
+        help_text="Only with “A previous Kestrel model”: every trial starts from it, keeping "
+        "its family and size.",
+        error_messages={"invalid_choice": "Pick a model from the list."},
     )
     gpu_type = forms.IntegerField(error_messages={"invalid": "Pick a machine from the list."})
     metric = forms.ChoiceField(required=False)
@@ -112,9 +117,16 @@ class SweepForm(forms.Form):
         help_text="YAML: a list of values, or a range {low, high, log}.",
     )
 
-    def __init__(self, *args, versions, **kwargs):
+    def __init__(self, *args, versions, models=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["dataset_version"].queryset = versions
+        # The workspace's usable models, as the training form offers them: another
+        # workspace's id is not a choice, so it is refused as an unknown one is.
+        self.models = {str(m.pk): m for m in models}
+        grouped: dict[str, list] = {}
+        for model in models:
+            grouped.setdefault(Task(model.task).label, []).append((str(model.pk), model.name))
+        self.fields["base_model"].choices = [("", "—"), *grouped.items()]
         optimizers = [(n, n) for n in ultralytics_config().optimizers]
         self.fields["optimizer"].choices = optimizers
         self.fields["optimizers"].choices = [o for o in optimizers if o[0] != "auto"]
@@ -138,6 +150,9 @@ class SweepForm(forms.Form):
             }
             for name, (label, _) in RANGES.items()
         ]
+
+    def clean_base_model(self):
+        return self.models.get(self.cleaned_data.get("base_model") or "")
 
     def clean_imgsz_list(self) -> list[int]:
         text = self.cleaned_data.get("imgsz_list") or ""

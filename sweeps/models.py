@@ -6,7 +6,14 @@ from django.conf import settings
 from django.db import models
 
 from datasets.models import DatasetVersion, Task
-from training.models import GpuType, ModelFamily, ModelSize, TrainingJob, WeightsSource
+from training.models import (
+    GpuType,
+    ModelFamily,
+    ModelSize,
+    TrainedModel,
+    TrainingJob,
+    WeightsSource,
+)
 from workspaces.models import Project, Workspace, WorkspaceOwnedQuerySet
 
 
@@ -48,6 +55,10 @@ class Sweep(models.Model):
     )
     weights = models.CharField(
         max_length=10, choices=WeightsSource.choices, default=WeightsSource.SCRATCH
+    )
+    # weights "model": every trial fine-tunes this model of the workspace, as a job does.
+    base_model = models.ForeignKey(
+        TrainedModel, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     fixed = models.JSONField(
         default=dict,

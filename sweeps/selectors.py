@@ -23,7 +23,9 @@ def sweep_list(*, workspace: Workspace, project: Project | None = None) -> Query
 def sweep_get(*, workspace: Workspace, pk: int) -> Sweep:
     sweep = (
         Sweep.objects.for_workspace(workspace)
-        .select_related("project", "dataset_version__dataset", "gpu_type", "created_by")
+        .select_related(
+            "project", "dataset_version__dataset", "gpu_type", "created_by", "base_model"
+        )
         .filter(pk=pk)
         .first()
     )

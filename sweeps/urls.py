@@ -11,4 +11,5 @@ urlpatterns = [
     path(SWEEP + "stop/", views.sweep_stop_view, name="sweep_stop"),
     path(SWEEP + "resume/", views.sweep_resume_view, name="sweep_resume"),
     path(SWEEP + "promote/", views.sweep_promote_view, name="sweep_promote"),
+    path(SWEEP + "recipe/", views.sweep_recipe_view, name="sweep_recipe"),
 ]

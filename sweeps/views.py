@@ -19,6 +19,7 @@ from sweeps.services.submit import (
     metric_choices,
     sweep_best_trial,
     sweep_promote_best,
+    sweep_recipe_save,
     sweep_resume,
     sweep_stop,
     sweep_submit,
@@ -42,7 +43,9 @@ def sweep_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> 
     if asked.isdigit():  # another workspace's version, or none: not found, as a page would be
         training_selectors.trainable_version_get(workspace=access.workspace, pk=int(asked))
     machines = gpu_choices(workspace=access.workspace)
-    form = SweepForm(request.POST or None, versions=versions)
+    # Only models a worker has loaded can be fine-tuned from (as on the training form).
+    models = list(training_selectors.model_list(workspace=access.workspace).usable())
+    form = SweepForm(request.POST or None, versions=versions, models=models)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         version = data["dataset_version"]
@@ -64,6 +67,7 @@ def sweep_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> 
                 prune_startup_trials=data["prune_startup_trials"],
                 prune_warmup_epochs=data["prune_warmup_epochs"],
                 name=data["name"],
+                base_model=data["base_model"],
             )
         except ServiceError as e:
             form.add_error(None, str(e))
@@ -244,4 +248,23 @@ def sweep_promote_view(request: HtmxHttpRequest, access: WorkspaceAccess, pk: in
         messages.error(request, str(e))
     else:
         messages.success(request, f"{model.name} is now the current model of {sweep.project}.")
+    return _back(access, sweep)
+
+
+@workspace_view(Perm.TRAIN)
+@require_POST
+def sweep_recipe_view(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> HttpResponse:
+    """The best trial's arguments become a recipe the training form offers."""
+    sweep = selectors.sweep_get(workspace=access.workspace, pk=pk)
+    try:
+        recipe = sweep_recipe_save(
+            access=access, sweep=sweep, name=request.POST.get("name", "")[:200]
+        )
+    except ServiceError as e:
+        messages.error(request, f"Not saved: {e}")
+    else:
+        messages.success(
+            request,
+            f"Saved the recipe “{recipe.name}”: the training form offers it from now on.",
+        )
     return _back(access, sweep)

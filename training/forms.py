@@ -9,7 +9,7 @@ from datasets.models import DatasetVersion, Task
 from training.estimator import version_images
 from training.models import ModelFamily, ModelSize, TrainedModel, WeightsSource
 from training.pretrained_fetch import SourceReach, weights_source_reach
-from training.recipes import RECIPES, SMALL_DATASET_IMAGES, recipe_default
+from training.recipes import RECIPES, SMALL_DATASET_IMAGES, Recipe, recipe_default
 from training.services.arguments import (
     PretrainedWeights,
     TrainParams,
@@ -93,6 +93,7 @@ class TrainForm(forms.Form):
         required=False,
         widget=forms.RadioSelect,
         help_text="A recipe fills the fields below; change any of them before you start.",
+        error_messages={"invalid_choice": "Pick a recipe from the list."},
     )
     epochs = forms.IntegerField(initial=100)
     imgsz = forms.IntegerField(
@@ -123,9 +124,13 @@ class TrainForm(forms.Form):
         help_text="Optional: the job stops, keeping its checkpoints, once it has spent this much.",
     )
 
-    def __init__(self, *args, versions, models, **kwargs):
+    def __init__(self, *args, versions, models, recipes: list[Recipe] = (), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["dataset_version"].queryset = versions
+        # The workspace's own recipes after the built-in ones: only its own are choices, so
+        # another workspace's id is refused as an unknown one is.
+        self.recipe_list = [*RECIPES, *recipes]
+        self.fields["recipe"].choices = [(r.slug, r.name) for r in self.recipe_list]
         self.models = {str(m.pk): m for m in models}
         grouped: dict[str, list] = {}
         for model in models:
@@ -213,7 +218,8 @@ class TrainForm(forms.Form):
             "version_tasks": self.version_tasks,
             "version_train_images": self.version_train_images,
             "recipes": {
-                r.slug: {"fields": r.fields(train_images=0), "batch": r.batch} for r in RECIPES
+                r.slug: {"fields": r.fields(train_images=0), "batch": r.batch}
+                for r in self.recipe_list
             },
             "small_dataset_images": SMALL_DATASET_IMAGES,
         }
@@ -221,7 +227,10 @@ class TrainForm(forms.Form):
     def recipes(self) -> list[dict]:
         """Each recipe with its radio and the arguments it sets, for the template."""
         radios = {str(radio.data["value"]): radio for radio in self["recipe"]}
-        return [{"recipe": r, "radio": radios[r.slug]} for r in RECIPES]
+        return [
+            {"recipe": r, "radio": radios[r.slug], "saved": r not in RECIPES}
+            for r in self.recipe_list
+        ]
 
     def clean(self):
         data = super().clean()

@@ -206,7 +206,7 @@ class TrainingJob(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # The trainer's last progress (a batch, an epoch) as its supervisor last wrote it, and how
-    # long the run's pace lets it be silent before it is taken for hung (training.watchdog).
+    # long the run's pace lets it be silent before it is taken for hung (training.process.watchdog).
     progress_at = models.DateTimeField(null=True, blank=True)
     stall_seconds = models.PositiveIntegerField(null=True, blank=True)
     # What the run should know while it goes on (a checkpoint that could not be stored).
@@ -510,6 +510,41 @@ class TrainedModel(models.Model):
                 fields=["project"],
                 condition=models.Q(is_current=True),
                 name="one_current_model_per_project",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkspaceRecipe(models.Model):
+    """A recipe of one workspace (a sweep's best settings, saved by a person): the training
+    form offers it after the built-in ones (training.recipes). It fills the same fields they
+    do; whatever is submitted is checked like anything typed."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="recipes")
+    name = models.CharField(max_length=100)
+    description = models.CharField(
+        max_length=300, blank=True, help_text="Where it came from, e.g. the sweep and trial."
+    )
+    epochs = models.PositiveIntegerField()
+    imgsz = models.PositiveIntegerField()
+    batch = models.IntegerField(help_text="-1: Ultralytics' AutoBatch.")
+    patience = models.PositiveIntegerField()
+    optimizer = models.CharField(max_length=20)
+    extra_args = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = WorkspaceOwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workspace", "name"], name="workspace_recipe_name_unique"
             )
         ]
 

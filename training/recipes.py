@@ -3,14 +3,17 @@ sets. A recipe only fills the form's fields (epochs, image size, batch, patience
 the Ultralytics arguments); what is submitted goes through train_params_validate like anything
 typed, so a recipe can never start what the form would refuse.
 
-The form picks one by default from the version's size and the weights (recipe_default). Saving a
-sweep's best settings as a recipe of the workspace waits for sweeps (issue 27)."""
+The form picks one by default from the version's size and the weights (recipe_default). A
+workspace adds its own (training.models.WorkspaceRecipe: a sweep's best settings, saved from the
+sweep's page), offered after these; another workspace's are never offered, so its id is refused
+as an unknown one is."""
 
 from dataclasses import dataclass, field
 
-from training.models import WeightsSource
+from training.models import WeightsSource, WorkspaceRecipe
 from training.services.arguments import TrainParams
 from training.services.demo_model import DEMO_PARAMS
+from workspaces.models import Workspace
 
 # At most this many training images is a small dataset: the demo's recipe (100 images) is what
 # works there from scratch; past it, Ultralytics' own defaults are the better start.
@@ -138,3 +141,26 @@ def recipe_default(*, train_images: int, weights: str) -> Recipe:
     if train_images <= SMALL_DATASET_IMAGES:
         return SMALL_FROM_SCRATCH
     return ULTRALYTICS_DEFAULTS
+
+
+SAVED_PREFIX = "saved-"
+
+
+def saved_recipe(row: WorkspaceRecipe) -> Recipe:
+    """A workspace's recipe as the form offers it, beside the built-in ones."""
+    return Recipe(
+        slug=f"{SAVED_PREFIX}{row.pk}",
+        name=row.name,
+        when=row.description or "A recipe of this workspace.",
+        epochs=row.epochs,
+        imgsz=row.imgsz,
+        batch=row.batch,
+        patience=row.patience,
+        optimizer=row.optimizer,
+        extra_args=dict(row.extra_args or {}),
+    )
+
+
+def workspace_recipes(*, workspace: Workspace) -> list[Recipe]:
+    """The workspace's own recipes, by name (only its own: the scoped lookup)."""
+    return [saved_recipe(row) for row in WorkspaceRecipe.objects.for_workspace(workspace)]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
+from django.apps import apps
 from django.db import connections
 from django.db.models import Prefetch, QuerySet
 from django.utils.html import escape
@@ -78,6 +79,7 @@ class GalleryFilter:
     problem: int | None = None  # one health finding: only the images it names
     status: str = ""  # a LabelStatus value, or "" for all
     mask: str = ""  # semantic / depth: "yes" (has its map), "no", or "" for both
+    evaluation: int | None = None  # one evaluation's worst images (evaluations.Evaluation)
 
     @classmethod
     def from_query(cls, params: Mapping) -> "GalleryFilter":
@@ -92,6 +94,7 @@ class GalleryFilter:
             problems=params.get("problems") in ("1", "on", "yes"),
             problem=_positive_int(params.get("problem")),
             status=status if (status := params.get("status", "")) in LabelStatus.values else "",
+            evaluation=_positive_int(params.get("evaluation")),
         )
 
     def params(self) -> dict[str, str]:
@@ -110,6 +113,8 @@ class GalleryFilter:
             out["status"] = self.status
         if self.mask:
             out["mask"] = self.mask
+        if self.evaluation:
+            out["evaluation"] = str(self.evaluation)
         return out
 
     @property
@@ -133,6 +138,7 @@ class GalleryFilter:
             bool(self.mask),
             bool(self.problems),
             bool(self.problem),
+            bool(self.evaluation),
         ]
         return sum(kinds) <= 1
 
@@ -171,6 +177,11 @@ class GalleryFilter:
         one_finding = (
             problem_image_ids(dataset=dataset, finding_id=self.problem) if self.problem else None
         )
+        worst = (
+            evaluation_image_ids(dataset=dataset, evaluation_id=self.evaluation)
+            if self.evaluation
+            else None
+        )
 
         def bounded(
             queryset: QuerySet[Image], *, id_gt: int | None = None, id_lt: int | None = None
@@ -206,6 +217,8 @@ class GalleryFilter:
                 queryset = queryset.filter(pk__in=problems)
             if one_finding is not None:
                 queryset = queryset.filter(pk__in=one_finding)
+            if worst is not None:
+                queryset = queryset.filter(pk__in=worst)
             return queryset
 
         return bounded
@@ -220,6 +233,34 @@ def problem_image_ids(*, dataset: Dataset, finding_id: int | None = None) -> set
     for image_ids in findings.values_list("image_ids", flat=True):
         ids.update(i for i in image_ids or [] if isinstance(i, int))
     return ids
+
+
+def gallery_evaluation(*, dataset: Dataset, evaluation_id: int | None):
+    """The evaluation a gallery is filtered to: one of a version of this dataset, in the
+    dataset's own workspace; another workspace's id, like an unknown one, is None (and its
+    filter shows no image). Looked up by name: evaluations build on datasets, not the reverse."""
+    if not evaluation_id:
+        return None
+    evaluation_model = apps.get_model("evaluations", "Evaluation")
+    return (
+        evaluation_model.objects.for_workspace(dataset.workspace_id)
+        .filter(pk=evaluation_id, dataset_version__dataset=dataset)
+        .select_related("model", "dataset_version")
+        .first()
+    )
+
+
+def evaluation_image_ids(*, dataset: Dataset, evaluation_id: int) -> set[int]:
+    """The images an evaluation listed as its worst (those still in the dataset)."""
+    evaluation_model = apps.get_model("evaluations", "Evaluation")
+    rows = (
+        evaluation_model.objects.for_workspace(dataset.workspace_id)
+        .filter(pk=evaluation_id, dataset_version__dataset=dataset)
+        .values_list("worst_images", flat=True)
+        .first()
+    )
+    ids = {row.get("image_id") for row in rows or [] if isinstance(row, dict)}
+    return {i for i in ids if isinstance(i, int) and not isinstance(i, bool)}
 
 
 @dataclass

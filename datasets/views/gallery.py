@@ -209,6 +209,9 @@ def _gallery_context(request, access: WorkspaceAccess, dataset: Dataset) -> dict
         "split_form": SplitAutoForm(),
         "can_write": access.can(Perm.WRITE),
         "pixel_task": dataset.task in PIXEL_TASKS,
+        "evaluation": gallery_selectors.gallery_evaluation(
+            dataset=dataset, evaluation_id=flt.evaluation
+        ),
     }
 
 

@@ -228,6 +228,7 @@ def _start_trials(sweep: Sweep, trials: list[SweepTrial], access: WorkspaceAcces
                 version=version,
                 gpu_type_id=gpu.pk,
                 params=params,
+                base_model=sweep.base_model,
                 name=f"{sweep.title} · trial {number}",
                 budget_cap=cap,
                 train_anyway=True,  # the version's warnings were shown when the sweep began
@@ -256,7 +257,9 @@ def _sweep_locked(sweep_id: int) -> tuple[Sweep | None, list[SweepTrial]]:
     """In a transaction: the sweep, locked (one advance at a time), and its trials."""
     sweep = (
         Sweep.objects.select_for_update(of=("self",))
-        .select_related("workspace", "created_by", "dataset_version__dataset", "gpu_type")
+        .select_related(
+            "workspace", "created_by", "dataset_version__dataset", "gpu_type", "base_model"
+        )
         .filter(pk=sweep_id)
         .first()
     )

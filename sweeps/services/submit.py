@@ -1,5 +1,8 @@
 """What a person does with a sweep: start one (everything that can be refused is refused here,
-before a trial runs), stop it, resume it, and make its best trial's model the project's."""
+before a trial runs), stop it, resume it, make its best trial's model the project's, and keep its
+arguments as a recipe of the workspace."""
+
+import dataclasses
 
 from django.db import transaction
 from django.utils import timezone
@@ -12,12 +15,24 @@ from datasets.services.version_checks import version_train_check
 from sweeps.models import Direction, Sweep, SweepState, SweepTrial, TrialState
 from sweeps.services.budget import credits_words, is_free, trial_estimate
 from sweeps.services.space import corner_points, costliest_params, space_clean, trial_params
-from training.models import JobState, TrainedModel, TrainingJob
+from training.models import (
+    InspectState,
+    JobState,
+    TrainedModel,
+    TrainingJob,
+    WeightsSource,
+    WorkspaceRecipe,
+)
 from training.selectors import MAIN_METRIC, PRIMARY_METRIC
-from training.services.arguments import TrainParams, train_params_validate
+from training.services.arguments import (
+    TrainParams,
+    architecture_family_size,
+    train_params_validate,
+)
 from training.services.catalog import gpu_pick
 from training.services.jobs import concurrency_check, job_stop
 from training.services.models import model_promote
+from training.services.recipes import workspace_recipe_create
 from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -81,6 +96,7 @@ def sweep_submit(
     prune_startup_trials: int = 2,
     prune_warmup_epochs: int = 1,
     name: str = "",
+    base_model: TrainedModel | None = None,
 ) -> Sweep:
     """Check the sweep as a whole (its space, every kind of trial it can start, one trial's
     cost against the budget, the plan's jobs at a time), then save it; its first trials start
@@ -112,6 +128,7 @@ def sweep_submit(
     if blocked:
         raise ServiceError(blocked)
     space = space_clean(space)
+    base, base_model = _fine_tune_checked(access, base, base_model, space)
     both = sorted(set(space) & set(base.extra_args))
     if both:
         raise ServiceError(
@@ -145,6 +162,7 @@ def sweep_submit(
         model_family=base.model_family,
         model_size=base.model_size,
         weights=base.weights,
+        base_model=base_model,
         fixed=fixed,
         space=space,
         metric=metric,
@@ -162,6 +180,38 @@ def sweep_submit(
     sweep.save(update_fields=["seed"])
     task_send_on_commit("sweeps.advance", sweep.pk)
     return sweep
+
+
+def _fine_tune_checked(
+    access: WorkspaceAccess, base: TrainParams, base_model: TrainedModel | None, space: dict
+) -> tuple[TrainParams, TrainedModel | None]:
+    """Every trial fine-tunes `base_model` when the weights are "model": checked now as each
+    trial's job_submit will check it (a model of this workspace, loaded, of the task), with the
+    model's own family and size, as a job fine-tuning it takes them."""
+    if base.weights != WeightsSource.MODEL:
+        return base, None
+    if base_model is None:
+        raise ServiceError("Pick the model to fine-tune.")
+    _in_workspace(access, base_model, "model")
+    if base_model.inspect_state != InspectState.OK:
+        raise ServiceError(
+            f"“{base_model.name}” is still being checked; try again in a minute."
+            if base_model.inspect_state == InspectState.PENDING
+            else f"“{base_model.name}” could not be loaded: {base_model.inspect_error}"
+        )
+    if base_model.task != base.task:
+        raise ServiceError(
+            f"“{base_model.name}” is a {Task(base_model.task).label.lower()} model; it "
+            f"cannot be fine-tuned for {Task(base.task).label.lower()}."
+        )
+    if "model_size" in space:
+        raise ServiceError(
+            "A fine-tune keeps its model's size: search the other arguments, not model_size."
+        )
+    family_size = architecture_family_size(base_model.architecture)
+    if family_size:
+        base = dataclasses.replace(base, model_family=family_size[0], model_size=family_size[1])
+    return base, base_model
 
 
 def _locked(sweep: Sweep) -> Sweep:
@@ -229,6 +279,35 @@ def sweep_promote_best(*, access: WorkspaceAccess, sweep: Sweep) -> TrainedModel
     if model is None:
         raise ServiceError(f"Trial {best.number}'s job made no model.")
     return model_promote(access=access, model=model)
+
+
+@transaction.atomic
+def sweep_recipe_save(*, access: WorkspaceAccess, sweep: Sweep, name: str) -> WorkspaceRecipe:
+    """The best trial's arguments (the sweep's fixed ones with its searched values) become a
+    recipe of the workspace, which the training form offers. A searched model size is the
+    model's, not a recipe's: the description says which it was."""
+    access.require(Perm.TRAIN)
+    _in_workspace(access, sweep, "sweep")
+    best = sweep_best_trial(sweep)
+    if best is None:
+        raise ServiceError("No trial has finished with a result yet.")
+    params = trial_params(sweep_base_params(sweep), best.params)
+    train_images = version_train_check(
+        sweep.dataset_version, task=sweep.task, train_anyway=True
+    ).train_images
+    labels = {key: label for key, label, _ in metric_choices(sweep.task)}
+    description = (
+        f"Trial {best.number} of {sweep.title}: {labels.get(sweep.metric, sweep.metric)} "
+        f"{best.value:.4g} with {params.model_family}{params.model_size} on "
+        f"{sweep.dataset_version.dataset.name} v{sweep.dataset_version.number}."
+    )
+    return workspace_recipe_create(
+        access=access,
+        name=name,
+        params=params,
+        train_images=train_images,
+        description=description,
+    )
 
 
 def sweep_finish(sweep: Sweep, reason: str) -> None:

@@ -3,6 +3,7 @@ from coco8, whose figures are those `YOLO(weights).val(...)` gives by hand on th
 the pages; a failure that leaves no figures behind."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -156,7 +157,11 @@ def test_two_models_evaluated_by_the_worker_match_val_by_hand_and_compare(
     assert "<polyline" in page
     image = best.worst_images[0]["image_id"]
     ds = version.dataset_id
-    assert f'href="/w/acme/datasets/{ds}/images/{image}/annotate/"' in page
+    # Each opens in the gallery filtered to the evaluation's worst images, which shows those.
+    assert f'href="/w/acme/datasets/{ds}/images/{image}/?evaluation={best.pk}"' in page
+    gallery = viewer.get(f"/w/acme/datasets/{ds}/images/?evaluation={best.pk}").content.decode()
+    shown = set(map(int, re.findall(r'data-image="(\d+)"', gallery)))
+    assert shown == {row["image_id"] for row in best.worst_images}
     listing = viewer.get("/w/acme/evaluations/").content.decode()
     assert listing.count('data-testid="evaluation-row"') == 2
     compare = viewer.get(f"/w/acme/evaluations/compare/?version={version.pk}").content.decode()

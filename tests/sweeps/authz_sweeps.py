@@ -5,7 +5,7 @@ permission (editors), seeing them the read permission. A sweep on the free local
 no estimate, so submitting it measures nothing."""
 
 from sweeps.models import Sweep, SweepState
-from tests.authz import Row, _ws
+from tests.authz import ApiRow, Row, _ws
 from tests.training.factories import local_gpu, small_version
 from workspaces.models import Project
 
@@ -39,6 +39,42 @@ ROUTES = [
     Row("sweep_resume", "post", "editor", 302, _ws(pk="@stopped_sweep")),
     # No trial has a result yet: back to the page with the reason.
     Row("sweep_promote", "post", "editor", 302, _ws(pk="@sweep")),
+    # Likewise: nothing to save yet, back to the page with the reason.
+    Row("sweep_recipe", "post", "editor", 302, _ws(pk="@sweep"), {"name": "Best"}),
+]
+
+SWEEP = {"sweep_id": "@sweep"}
+API = [
+    ApiRow("/api/v1/workspaces/{slug}/sweeps", "get", "viewer", "read", 200),
+    ApiRow(
+        "/api/v1/sweeps",
+        "post",
+        "editor",
+        "train",
+        201,
+        {
+            "project_id": "@project",
+            "dataset_version_id": "@sweep_version",
+            "gpu_type_id": "@sweep_gpu",
+            "model_family": "yolo11",
+            "weights": "scratch",
+            "epochs": 1,
+            "imgsz": 64,
+            "space": {"lr0": {"low": 0.001, "high": 0.01, "log": True}},
+            "n_trials": 2,
+            "budget": 1_000_000,
+        },
+    ),
+    ApiRow("/api/v1/sweeps/{sweep_id}", "get", "viewer", "read", 200, ids=SWEEP),
+    ApiRow("/api/v1/sweeps/{sweep_id}/stop", "post", "editor", "train", 200, ids=SWEEP),
+    ApiRow(
+        "/api/v1/sweeps/{sweep_id}/resume",
+        "post",
+        "editor",
+        "train",
+        200,
+        ids={"sweep_id": "@stopped_sweep"},
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ from datasets.models import Task
 from datasets.services.version_checks import VersionCheck, version_check
 from training import selectors
 from training.forms import TrainForm
+from training.recipes import workspace_recipes
 from training.services.arguments import extra_args_parse
 from training.services.catalog import gpu_choices
 from training.services.jobs import job_submit
@@ -55,7 +56,11 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
     models = list(selectors.model_list(workspace=access.workspace).usable())
     machines = gpu_choices(workspace=access.workspace)
     form = TrainForm(
-        request.POST or None, versions=versions, models=models, initial=_initial(versions, request)
+        request.POST or None,
+        versions=versions,
+        models=models,
+        recipes=workspace_recipes(workspace=access.workspace),
+        initial=_initial(versions, request),
     )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
