@@ -1,17 +1,25 @@
-"""What serving a model over HTTP costs, and what micro-batching buys: the same image and model
-measured every way in one run, side by side.
+"""What serving a model over HTTP costs, every caller path side by side in one run, printed
+as one table (nothing asserts).
 
-Latency (sequential requests, p50/p95 ms): Ultralytics in this process (`model.predict` on the
-image file), the inference server over HTTP (`python -m deploy.inference`), the web's shared
-API in front of it (`POST /api/v1/models/{id}/predict`, an API key with the predict scope), a
-dedicated endpoint process (same program, its own port, model loaded at start), and that
-endpoint through the web (`/d/<slug>/predict`). Goal: each over-HTTP p50 ≤ in-process p50 +
-5 ms (the web rows are the ones callers use). Throughput at concurrency 8 (images/s): the server predicting one image at a time
-(INFERENCE_BATCH_MAX=1) against the same server micro-batching. Goal: ≥ 2×. Nothing asserts.
+Latency (sequential requests, interleaved round-robin so the machine's load weighs on every row
+alike; p50/p95 ms and "+ms over in-process"): Ultralytics in this process (`model.predict`), the
+model server over HTTP (`python -m deploy.inference`), a dedicated endpoint process (same
+program, its own port), and through the web (uvicorn, as `make run` serves it): an API key on
+the shared API (`POST /api/v1/models/{id}/predict`), a browser session on the try-it page (the
+same route, session cookie + CSRF), the dedicated endpoint via the web (`/d/<slug>/predict`),
+and the public demo (a session of another team on a public model). Goal: each path at most
++5 ms p50 and +10 ms p95 over in-process; shown on the wall clock and outside the model's own
+time (wall less Ultralytics' preprocess + inference + postprocess for that call).
+
+Then: the API key's p95 while one caller sends bad input (too big, not an image, truncated,
+a PNG bomb, bad conf/iou/imgsz), each of which must get a 4xx with the reason; where the web's
+time goes per hop (its Server-Timing header, deploy.predict); throughput at 8 and 32 clients
+through the web against the model server's own (goal: within 10%); and micro-batching's
+ratio at --concurrency (goal ≥ 2x).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/kestrel_bench \\
-        .venv/bin/python bench/predict.py [--requests 60] [--imgsz 640] [--concurrency 8]
-        [--weights model.pt] [--device cpu|cuda:0] [--throughput-only]
+        .venv/bin/python bench/predict.py [--requests 60] [--imgsz 640] [--clients 8,32]
+        [--throughput-images 96] [--weights model.pt] [--device cpu|cuda:0] [--throughput-only]
 
 Without a reachable database the rows through the web are skipped, saying why. The model is
 yolo11n built from its YAML (nothing is downloaded) unless --weights names one.
@@ -34,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import (  # noqa: E402
     free_port,
     plan_unlimited_predict,
+    session_cookie,
     training_env,
     web_server,
 )
@@ -191,9 +200,24 @@ def throughput(server, weights: Path, data: bytes, params: dict, *, clients: int
     return asyncio.run(run())
 
 
-def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicated: Server):
-    """(label, call or skip reason) through the web: the shared API and /d/<slug>/; and the
-    web process to stop afterwards (None when skipped)."""
+WEB_ROWS = (
+    "API key, shared API /api/v1/models/{id}/predict",
+    "browser session, try-it page (same route)",
+    "dedicated endpoint via the web /d/<slug>/predict",
+    "public demo, another team's session",
+)
+
+
+def csrf_pair() -> tuple[str, str]:
+    """(cookie, header) a browser sends with a form post: the page's CSRF secret twice."""
+    secret = "".join(secrets.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(32))
+    return f"csrftoken={secret}", secret
+
+
+def web_setup(weights: Path, params: dict, shared: Server, dedicated: Server):
+    """The web and what its callers need: (skip reason or None, web process, a dict of
+    label → (url, headers) per caller path, the API key's URL and headers for the throughput
+    and bad-input rows)."""
     import httpx
     from django.core.files.base import ContentFile
     from django.core.files.storage import default_storage
@@ -204,19 +228,7 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
     try:
         connection.ensure_connection()
     except OperationalError as e:
-        reason = f"skipped: no database ({str(e).strip().splitlines()[0][:80]})"
-        return [
-            ("web API /api/v1/models/{id}/predict", reason),
-            ("dedicated via web", reason),
-        ], None
-    try:
-        import deploy.api  # noqa: F401
-    except ImportError:
-        reason = "skipped: the web's predict API (deploy/api.py) is not there yet"
-        return [
-            ("web API /api/v1/models/{id}/predict", reason),
-            ("dedicated via web", reason),
-        ], None
+        return f"skipped: no database ({str(e).strip().splitlines()[0][:80]})", None, {}
     call_command("migrate", verbosity=0)
     from deploy.models import Deployment, DeploymentState
     from training.models import TrainedModel
@@ -227,6 +239,7 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
 
     tag = secrets.token_hex(4)
     user, _ = User.objects.get_or_create(email="bench-predict@example.com")
+    outsider, _ = User.objects.get_or_create(email="bench-predict-demo@example.com")
     workspace = workspace_create_team(user=user, name=f"bench predict {tag}")
     plan_unlimited_predict(workspace)
     access = workspace_access_for_user(user=user, slug=workspace.slug)
@@ -234,7 +247,7 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
     model = TrainedModel.objects.create(
         workspace=workspace, project=project, name="bench", task="detect",
         architecture="yolo11n", imgsz=params["imgsz"], weights_key="",
-        weights_size=weights.stat().st_size,
+        weights_size=weights.stat().st_size, is_public=True,
     )  # fmt: skip
     model.weights_key = default_storage.save(
         f"models/{model.pk}/weights.pt", ContentFile(weights.read_bytes())
@@ -263,28 +276,117 @@ def web_calls(weights: Path, data: bytes, params: dict, shared: Server, dedicate
             break
         except httpx.TransportError:
             time.sleep(0.3)
-    client = httpx.Client(headers={"Authorization": f"Bearer {raw}"}, timeout=120)
-    calls = []
-    for label, url in (
-        ("web API /api/v1/models/{id}/predict", f"{base}/api/v1/models/{model.pk}/predict"),
-        ("dedicated via web /d/<slug>/predict", f"{base}/d/{deployment.slug}/predict"),
-    ):
-        calls.append(
+    api = f"{base}/api/v1/models/{model.pk}/predict"
+    by_key = {"Authorization": f"Bearer {raw}"}
+
+    def browser(person) -> dict:
+        name, value = session_cookie(person)
+        cookie, token = csrf_pair()
+        return {"Cookie": f"{name}={value}; {cookie}", "X-CSRFToken": token}
+
+    paths = dict(
+        zip(
+            WEB_ROWS,
             (
-                label,
-                lambda url=url: client.post(
-                    url, files={"file": ("bench.jpg", data, "image/jpeg")}, data=params
-                ),
-            )
+                (api, by_key),
+                (api, browser(user)),
+                (f"{base}/d/{deployment.slug}/predict", by_key),
+                (api, browser(outsider)),
+            ),
+            strict=True,
         )
-    return calls, web
+    )
+    return None, web, paths
+
+
+def web_post(client, url: str, headers: dict, data: bytes, params: dict, name="bench.jpg"):
+    return client.post(
+        url, headers=headers, files={"file": (name, data, "image/jpeg")}, data=params
+    )
+
+
+def hops_of(response) -> dict[str, float]:
+    """The web's Server-Timing header: milliseconds per hop (deploy.predict)."""
+    hops = {}
+    for part in response.headers.get("server-timing", "").split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if dur:
+            hops[name] = float(dur)
+    return hops
+
+
+def bad_inputs(data: bytes, params: dict) -> list[tuple[str, bytes, dict]]:
+    """(what, file, parameters) a careless or hostile caller sends."""
+    import io
+
+    from PIL import Image
+
+    bomb = io.BytesIO()
+    Image.new("1", (20_000, 20_000)).save(bomb, format="PNG")  # 400 Mpx in a few dozen KB
+    return [
+        ("too big (21 MB)", secrets.token_bytes(21 * 1024 * 1024), params),
+        ("not an image", b"%PDF-1.4 this is not a picture" * 10, params),
+        ("truncated JPEG", data[: len(data) // 2], params),
+        (f"PNG bomb (20000x20000, {len(bomb.getvalue()) // 1024} KB)", bomb.getvalue(), params),
+        ("conf=-1", data, {**params, "conf": "-1"}),
+        ("iou=7", data, {**params, "iou": "7"}),
+        ("imgsz=100000", data, {**params, "imgsz": "100000"}),
+    ]
+
+
+def bad_caller(url: str, headers: dict, inputs, stop, answers: dict) -> None:
+    """One caller sending bad input, one request after another, until `stop` is set."""
+    import httpx
+
+    with httpx.Client(timeout=120) as client:
+        while not stop.is_set():
+            for what, body, query in inputs:
+                if stop.is_set():
+                    break
+                r = web_post(client, url, headers, body, query)
+                detail = ""
+                if r.headers.get("content-type", "").startswith("application/json"):
+                    detail = r.json().get("detail", "")
+                answers[what] = (r.status_code, detail)
+
+
+def throughput_web(url: str, headers: dict, data: bytes, params: dict, *, clients: int, n: int):
+    """Images per second through the web with `clients` callers, as `throughput`."""
+    import httpx
+
+    async def run() -> float:
+        limits = httpx.Limits(max_connections=clients)
+        async with httpx.AsyncClient(timeout=300, limits=limits, headers=headers) as client:
+            left = 2 * clients
+
+            async def caller():
+                nonlocal left
+                while left > 0:
+                    left -= 1
+                    r = await client.post(
+                        url, files={"file": ("bench.jpg", data, "image/jpeg")}, data=params
+                    )
+                    if r.status_code != 200:
+                        raise SystemExit(f"HTTP {r.status_code}: {r.text[:300]}")
+
+            await asyncio.gather(*(caller() for _ in range(clients)))
+            left = n
+            started = time.perf_counter()
+            await asyncio.gather(*(caller() for _ in range(clients)))
+            return n / (time.perf_counter() - started)
+
+    return asyncio.run(run())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=60, help="per latency row")
     parser.add_argument("--imgsz", type=int, default=640)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=8, help="of the batching ratio")
+    parser.add_argument(
+        "--clients", default="8,32", help="concurrent callers of the throughput rows"
+    )
+    parser.add_argument("--throughput-images", type=int, default=96, help="per throughput row")
     parser.add_argument("--weights", type=Path)
     parser.add_argument("--device", help="cpu or cuda:0 (default: cuda:0 when there is one)")
     parser.add_argument(
@@ -313,7 +415,7 @@ def main() -> None:
 
     print(f"model {weights.name}, image {image.name} ({len(data) // 1024} KB), imgsz "
           f"{args.imgsz}, device {device}, {n} requests a row, torch threads "
-          f"{torch.get_num_threads()}", flush=True)  # fmt: skip
+          f"{torch.get_num_threads()}, {os.cpu_count()} CPUs", flush=True)  # fmt: skip
     device_args = ["--device", device]
     total = max(8 * args.concurrency, n)
     if args.throughput_only:
@@ -343,10 +445,13 @@ def main() -> None:
     ).wait()
     one_at_a_time = Server("one-at-a-time", *device_args, "--batch-max", "1").wait()
     web = None
+    hops: dict[str, list[dict]] = {}
+    rates: list[tuple[int, float, float | str]] = []
+    bad_rows: list = []
     try:
         client = httpx.Client(timeout=120)
         for label, server in (
-            ("inference server, HTTP", shared),
+            ("model server, HTTP", shared),
             ("dedicated endpoint, HTTP", dedicated),
         ):
             calls.append(
@@ -360,10 +465,35 @@ def main() -> None:
                     ),
                 )
             )
-        through_web, web = web_calls(weights, data, params, shared, dedicated)
-        calls += through_web
+        skipped, web, paths = web_setup(weights, params, shared, dedicated)
+        for label in WEB_ROWS:
+            if skipped:
+                calls.append((label, skipped))
+                continue
+            url, headers = paths[label]
+            hops[label] = []
+
+            def call(url=url, headers=headers, label=label):
+                response = web_post(client, url, headers, data, params)
+                hops[label].append(hops_of(response))
+                return response
+
+            calls.append((label, call))
         measured = interleaved([(label, call) for label, call in calls if callable(call)], n)
         rows = [(label, measured.get(label, call)) for label, call in calls]
+        if not skipped:
+            bad_rows = bad_input_rows(calls[0], paths[WEB_ROWS[0]], data, params, n)
+        for clients in (int(c) for c in args.clients.split(",")):
+            own = throughput(
+                shared, weights, data, params, clients=clients, n=args.throughput_images
+            )
+            try:
+                through = skipped or throughput_web(
+                    *paths[WEB_ROWS[0]], data, params, clients=clients, n=args.throughput_images
+                )
+            except SystemExit as failed:  # a row that fails says why; the rest still print
+                through = f"failed: {failed}"
+            rates.append((clients, own, through))
         ratio = batching(shared, one_at_a_time, weights, data, params, args.concurrency, total)
     finally:
         if web is not None:
@@ -372,35 +502,109 @@ def main() -> None:
         for server in (shared, dedicated, one_at_a_time):
             server.stop()
 
+    latency_print(rows + bad_rows[:1])
+    if bad_rows:
+        print("\nbad input, each answered (one caller sending them in turn):")
+        for what, (status, detail) in bad_rows[1].items():
+            print(f"  {what:34} {status} {detail[:90]}")
+    hops_print(rows, hops)
+    print(f"\nthroughput, {args.throughput_images} images a row")
+    print(f"{'clients':>8} {'model server':>14} {'web API (key)':>15} {'web / server':>13}")
+    for clients, own, through in rates:
+        if isinstance(through, str):
+            print(f"{clients:8} {own:10.1f} /s  {through}")
+            continue
+        share = through / own
+        print(f"{clients:8} {own:10.1f} /s {through:11.1f} /s {share:12.0%} "
+              f"({'met' if share >= 0.9 else 'NOT met'}: goal ≥ 90%)")  # fmt: skip
+    batching_print(args.concurrency, total, *ratio)
+
+
+def bad_input_rows(base_call, key_path, data: bytes, params: dict, n: int):
+    """[(label, samples)] of good callers (in-process, then the API key through the web, in
+    turn) while one caller sends bad input, and what each bad input was answered."""
+    import threading
+
+    url, headers = key_path
+    answers: dict = {}
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=bad_caller, args=(url, headers, bad_inputs(data, params), stop, answers)
+    )
+    thread.start()
+    try:
+        import httpx
+
+        client = httpx.Client(timeout=120)
+        label = "API key, while one caller sends bad input"
+        measured = interleaved(
+            [base_call, (label, lambda: web_post(client, url, headers, data, params))], n
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    for what, (status, detail) in answers.items():
+        if not 400 <= status < 500 or not detail:
+            raise SystemExit(f"bad input {what!r}: HTTP {status} {detail!r}, not a 4xx with why")
+    return [(label + " (in-process alongside: " + _p(measured[base_call[0]]) + ")",
+             measured[label]), answers]  # fmt: skip
+
+
+def _p(samples) -> str:
+    p50, p95 = percentiles([wall for wall, _ in samples])
+    return f"{p50:.0f}/{p95:.0f} ms"
+
+
+def latency_print(rows) -> None:
+    """One table: each path's p50 and p95, and what it adds over the model in this process
+    (goal: +5 ms p50, +10 ms p95), on the wall clock and outside the model's own time."""
     # Two identical server processes differ by up to ±10 ms p50 on a small shared VM, because
     # the model's own time swings that much; the time outside the model (the wall time less
     # Ultralytics' own preprocess + inference + postprocess for that very call) is what serving
     # adds, and it holds still. Both are shown; the goal is judged on both.
     base = rows[0][1]
-    base_p50 = percentiles([wall for wall, _ in base])[0]
-    base_out = percentiles([out for _, out in base])[0]
-    print(f"\n{'latency, sequential, interleaved':42} {'p50 ms':>8} {'p95 ms':>8} "
-          f"{'p50 - in-process':>17} {'outside model p50':>18} {'- in-process':>13}")  # fmt: skip
+    base_p50, base_p95 = percentiles([wall for wall, _ in base])
+    base_out50, base_out95 = percentiles([out for _, out in base])
+    print(f"\n{'latency (sequential, interleaved), ms':50} {'p50':>6} {'p95':>6} {'+p50':>6} "
+          f"{'+p95':>6} | {'outside the model: p50':>22} {'p95':>5} {'+p50':>6} {'+p95':>6}  goal")  # fmt: skip
     for label, samples in rows:
         if isinstance(samples, str):
-            print(f"{label:42} {samples}")
+            print(f"{label:50} {samples}")
             continue
         p50, p95 = percentiles([wall for wall, _ in samples])
-        out = percentiles([out for _, out in samples])[0]
-        first = samples is base
-        extra = "" if first else f"{p50 - base_p50:+.1f} ms"
-        extra_out = "" if first else f"{out - base_out:+.1f} ms"
-        print(f"{label:42} {p50:8.1f} {p95:8.1f} {extra:>17} {out:15.1f} ms {extra_out:>13}")
-    for label, samples in rows[1:]:
-        if isinstance(samples, str):
+        out50, out95 = percentiles([out for _, out in samples])
+        if samples is base:
+            print(f"{label:50} {p50:6.1f} {p95:6.1f} {'':6} {'':6} | {out50:22.1f} {out95:5.1f}")
             continue
-        p50 = percentiles([wall for wall, _ in samples])[0]
-        out = percentiles([out for _, out in samples])[0]
-        print(f"goal, {label}: ≤ in-process + 5 ms: p50 {p50 - base_p50:+.1f} ms "
-              f"({'met' if p50 <= base_p50 + 5 else 'NOT met'}), outside the model "
-              f"{out - base_out:+.1f} ms ({'met' if out <= base_out + 5 else 'NOT met'})")  # fmt: skip
+        wall_met = p50 - base_p50 <= 5 and p95 - base_p95 <= 10
+        out_met = out50 - base_out50 <= 5 and out95 - base_out95 <= 10
+        goal = f"wall {'met' if wall_met else 'NOT met'}, outside {'met' if out_met else 'NOT met'}"
+        print(f"{label:50} {p50:6.1f} {p95:6.1f} {p50 - base_p50:+6.1f} {p95 - base_p95:+6.1f} | "
+              f"{out50:22.1f} {out95:5.1f} {out50 - base_out50:+6.1f} {out95 - base_out95:+6.1f}  "
+              f"{goal}")  # fmt: skip
 
-    batching_print(args.concurrency, total, *ratio)
+
+def hops_print(rows, hops: dict[str, list[dict]]) -> None:
+    """Where a web path's time goes, p50 of each hop (its Server-Timing header): the caller
+    lookup, rate limit, reading the body, checking the image, the model server; `web stack` is
+    the rest of the wall time (uvicorn, Django's middleware, django-ninja, the client's
+    multipart encoding), `model server` its wait less the model's own time."""
+    measured = {label: samples for label, samples in rows if not isinstance(samples, str)}
+    names = ["auth", "limit", "body", "image", "model"]
+    if not any(hops.values()):
+        return
+    print(f"\nwhere the web's time goes, p50 ms {'':16} {'web stack':>9} "
+          + " ".join(f"{n:>6}" for n in names) + f" {'server':>7} {'model':>6}")  # fmt: skip
+    for label, calls in hops.items():
+        calls = calls[-len(measured[label]) :]  # the measured rounds, not the warm-up
+        walls = [wall for wall, _ in measured[label]]
+        model_own = [wall - out for wall, out in measured[label]]
+        stack = [wall - h.get("view", 0) for wall, h in zip(walls, calls, strict=True)]
+        server = [h.get("model", 0) - m for h, m in zip(calls, model_own, strict=True)]
+        med = [statistics.median(h.get(n, 0) for h in calls) for n in names]
+        print(f"{label[:49]:49} {statistics.median(stack):9.1f} "
+              + " ".join(f"{v:6.2f}" for v in med)
+              + f" {statistics.median(server):7.1f} {statistics.median(model_own):6.1f}")  # fmt: skip
 
 
 def batching(shared, one_at_a_time, weights, data, params, clients: int, total: int):

@@ -318,6 +318,18 @@ def credits_refund(job, amount: int, *, reason: str) -> LedgerEntry:
 
 
 @transaction.atomic
+def credits_spend(workspace: Workspace, amount: int, *, reason: str) -> LedgerEntry:
+    """Spend available credits on metered time that holds nothing ahead (a dedicated
+    endpoint's replica seconds, charged at each check): a capture with its reason."""
+    _amount_check(amount)
+    reason = _reason_check(reason)
+    account = _locked(workspace)
+    if amount > account.available:
+        raise _short(account, amount)
+    return _append(account, kind=EntryKind.CAPTURE, amount=-amount, reason=reason)
+
+
+@transaction.atomic
 def credits_expire(workspace: Workspace, amount: int, *, reason: str) -> LedgerEntry:
     """Remove credits that lapsed; only available ones (held credits belong to running jobs)."""
     _amount_check(amount)

@@ -21,6 +21,9 @@ def proxy_arguments(trusted: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # As config/asgi.py asks, and before settings are read here: read first without it, they
+    # kept the pool off, and each request's thread opened a PostgreSQL connection of its own.
+    os.environ.setdefault("DB_POOL", "true")
     from django.conf import settings
     from uvicorn.main import main as uvicorn_main
 

@@ -3,6 +3,8 @@
 Both answer in the hosted Ultralytics Platform's shape, so its users can switch by changing
 the URL. A key needs the predict scope; the browser session works too (the try-it page)."""
 
+import time
+
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
@@ -12,11 +14,14 @@ from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer
 
 from deploy.models import Deployment, DeploymentState
-from deploy.predict import PredictRefused, predict_forward
+from deploy.predict import PredictRefused, predict_forward, rate_limit_of, rate_who
+from deploy.ratelimit import Verdict, rate_take_reading
 from deploy.selectors import collection_rules_on, model_public_access, models_for_predict
+from deploy.supervisor import endpoint_route
 from training.models import TrainedModel
 from workspaces.api import session_auth
 from workspaces.permissions import Perm
+from workspaces.revocations import REVOCATIONS, api_key_revocations_read
 from workspaces.selectors import KeyRefused, PresentedKey, WorkspaceAccess, row_for_caller
 
 router = Router(tags=["inference"])
@@ -34,7 +39,46 @@ class PredictKeyAuth(HttpBearer):
 PREDICT_AUTH = [PredictKeyAuth(), session_auth]
 
 
+# A key's lookup (the key, its creator's membership, the model) kept by this process for a
+# moment: a busy key's calls skip the database. Kept at most KEY_KEPT_SECONDS, so any change
+# (a member removed, a scope, the plan's limit, the model's state) reaches every process
+# within a second; a revocation at once, through the counter each call reads in the same
+# Redis round trip that counts it against the rate limit (workspaces.revocations).
+KEY_KEPT_SECONDS = 1.0
+KEY_KEPT_MAX = 4096
+_kept: dict[tuple, tuple[float, bytes | None, WorkspaceAccess, TrainedModel]] = {}
+
+
 def _caller(
+    request: HttpRequest, model_id: int, *, public: bool = False
+) -> tuple[WorkspaceAccess, TrainedModel, Verdict | None]:
+    """_caller_lookup, kept for a moment when the caller is an API key; and the rate limit's
+    verdict when the call was counted with the check that what was kept still holds."""
+    key = request.auth if isinstance(request.auth, PresentedKey) else None
+    seconds = getattr(settings, "PREDICT_KEY_KEPT_SECONDS", KEY_KEPT_SECONDS)
+    if key is None or seconds <= 0:
+        return (*_caller_lookup(request, model_id, public=public), None)
+    slot = (key.hash, model_id, public)
+    kept = _kept.get(slot)
+    verdict = None
+    if kept is not None and time.monotonic() < kept[0]:
+        _, revocations, access, model = kept
+        verdict, seen = rate_take_reading(
+            who=rate_who(access), limit=rate_limit_of(model.workspace.plan), read=REVOCATIONS
+        )
+        if seen == revocations:
+            return access, model, verdict
+    else:
+        seen = api_key_revocations_read()  # before the lookup: a revocation after it shows
+    _kept.pop(slot, None)
+    access, model = _caller_lookup(request, model_id, public=public)
+    if len(_kept) >= KEY_KEPT_MAX:
+        _kept.clear()
+    _kept[slot] = (time.monotonic() + seconds, seen, access, model)
+    return access, model, verdict
+
+
+def _caller_lookup(
     request: HttpRequest, model_id: int, *, public: bool = False
 ) -> tuple[WorkspaceAccess, TrainedModel]:
     """Who is calling, and the model, in one query (a key checked in it, or the session's
@@ -76,13 +120,16 @@ def model_predict(request: HttpRequest, model_id: int):
     endpoint), an answered call whose predictions fall in the rule's confidence band (and
     classes, sampling rate and daily cap) has its image stored in one of the owner's
     datasets, with these predictions as suggestions for a person to label."""
-    access, model = _caller(request, model_id, public=True)
+    started = time.perf_counter()
+    access, model, verdict = _caller(request, model_id, public=True)
     return predict_forward(
         request=request,
         access=access,
         model=model,
         server_url=settings.INFERENCE_URL,
         collect_rule_id=model.collect_rule_id,
+        started=started,
+        verdict=verdict,
     )
 
 
@@ -101,9 +148,11 @@ endpoints = NinjaAPI(
 def deployment_predict(request: HttpRequest, slug: str):
     """The deployment's model on one image; the URL stays when the model behind it changes.
     As the shared API, it keeps no image unless the deployment's collection rule is on."""
+    started = time.perf_counter()
     deployment = (
         Deployment.objects.only(
-            "id", "slug", "state", "port", "desired_running", "model_id", "workspace_id"
+            *("id", "slug", "state", "port", "url", "placement", "desired_running"),
+            *("model_id", "workspace_id"),
         )
         .annotate(
             collect_rule_id=Subquery(
@@ -115,10 +164,11 @@ def deployment_predict(request: HttpRequest, slug: str):
     )
     if deployment is None:
         raise Http404("No such deployment.")
-    access, model = _caller(request, deployment.model_id)
+    access, model, verdict = _caller(request, deployment.model_id)
     if access.workspace.pk != deployment.workspace_id:
         raise Http404("No such deployment.")
-    if deployment.state != DeploymentState.RUNNING or not deployment.port:
+    server_url, server_secret = endpoint_route(deployment)  # from the row: any web process
+    if deployment.state != DeploymentState.RUNNING or not server_url:
         return PredictRefused(
             503,
             f"The deployment is {deployment.get_state_display().lower()}; "
@@ -128,10 +178,13 @@ def deployment_predict(request: HttpRequest, slug: str):
         request=request,
         access=access,
         model=model,
-        server_url=f"http://{settings.DEPLOY_HOST}:{deployment.port}",
+        server_url=server_url,
+        server_secret=server_secret,
         server_name=f"deployment-{deployment.slug}",
         deployment_id=deployment.pk,
         collect_rule_id=deployment.collect_rule_id,
+        started=started,
+        verdict=verdict,
     )
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from core.models import LongJobRow
 from datasets.models import Dataset, Image
-from training.models import TrainedModel
+from training.models import GpuType, TrainedModel
 from workspaces.models import ApiKey, Workspace, WorkspaceOwnedQuerySet
 
 
@@ -21,10 +21,17 @@ class DeploymentState(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class Placement(models.TextChoices):
+    LOCAL = "local", "This machine"
+    SKYSERVE = "skyserve", "A GPU rented through SkyPilot"
+
+
 class Deployment(models.Model):
-    """A process of its own serving one model at /d/<slug>/predict. The model behind the URL
-    can be swapped; the supervisor (a beat task) keeps `desired_running` true and restarts a
-    process that died."""
+    """A model server of its own serving one model at /d/<slug>/predict: a process on this
+    machine, or replicas SkyPilot's serving (SkyServe) rents behind its load balancer. The
+    model behind the URL can be swapped (on this machine); the supervisor (a beat task) keeps
+    `desired_running` true, restarts a process that died, and copies what SkyServe says of its
+    replicas into the row, so any web process routes to `url` and the page shows them."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="deployments")
     # RESTRICT: a model in use cannot be deleted alone, but goes with its whole workspace.
@@ -40,6 +47,27 @@ class Deployment(models.Model):
     pid = models.IntegerField(null=True, blank=True)
     restarts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    placement = models.CharField(max_length=10, choices=Placement.choices, default=Placement.LOCAL)
+    # The admin-priced catalogue training uses; none on this machine (not metered).
+    gpu_type = models.ForeignKey(
+        GpuType, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    url = models.CharField(
+        max_length=300, blank=True, help_text="Where web processes send its calls, once ready."
+    )
+    service_name = models.CharField(max_length=63, blank=True, help_text="SkyServe's name.")
+    replicas = models.JSONField(
+        default=list, blank=True, help_text="SkyServe's replicas: id, status, endpoint."
+    )
+    replaced = models.PositiveIntegerField(default=0, help_text="Replicas SkyServe replaced.")
+    log = models.TextField(blank=True, help_text="The tail of its log.")
+    # Metering, per second of ready replica time: counted up to `metered_at`.
+    replica_seconds = models.FloatField(default=0)
+    charged = models.PositiveBigIntegerField(
+        default=0, help_text="Micro-credits of its replica time captured so far."
+    )
+    metered_at = models.DateTimeField(null=True, blank=True)
+    last_ready_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     checked_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(

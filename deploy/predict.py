@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import httpx
 from django.conf import settings
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from datasets.models import Task
@@ -21,7 +22,7 @@ from datasets.services.images import ImageRejected, image_check
 from deploy.collection.decide import collection_offer
 from deploy.fetch import FetchRefused, fetch_image
 from deploy.inference.tokens import inference_token
-from deploy.ratelimit import rate_take
+from deploy.ratelimit import Verdict, rate_take
 from deploy.usage import usage_count
 from training.models import InspectState, JobState, TrainedModel
 from training.services.models import model_local_path
@@ -179,10 +180,21 @@ def model_file(model: TrainedModel) -> tuple[str, str]:
     return str(model_local_path(model)), f"{model.pk}:{weights}"
 
 
-def rate_limited(access: WorkspaceAccess, plan) -> None:
-    limit = getattr(plan, "predict_requests_per_minute", 20) or 20
-    who = f"key{access.api_key.pk}" if access.api_key else f"user{access.user.pk}"
-    verdict = rate_take(who=who, limit=limit)
+def rate_who(access: WorkspaceAccess) -> str:
+    """Whose calls the plan's limit counts: the key's, or the person's from the browser."""
+    return f"key{access.api_key.pk}" if access.api_key else f"user{access.user.pk}"
+
+
+def rate_limit_of(plan) -> int:
+    return getattr(plan, "predict_requests_per_minute", 20) or 20
+
+
+def rate_limited(access: WorkspaceAccess, plan, verdict: Verdict | None = None) -> None:
+    """Count the call against the plan's limit (unless `verdict` says it was counted already,
+    deploy.api's kept key lookup); PredictRefused(429) past it."""
+    limit = rate_limit_of(plan)
+    if verdict is None:
+        verdict = rate_take(who=rate_who(access), limit=limit)
     if not verdict.allowed:
         raise PredictRefused(
             429,
@@ -215,6 +227,34 @@ class _CountedResponse(HttpResponse):
             super().close()
 
 
+class _Hops:
+    """Milliseconds per hop of one call, as a Server-Timing header (browsers' developer tools
+    show it; bench/predict.py adds them up): `auth` the caller lookup, then each `mark`."""
+
+    def __init__(self, started: float, forward: float):
+        self._last = forward
+        self._parts = [("auth", forward - started)]
+        self._started = started
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self._parts.append((name, now - self._last))
+        self._last = now
+
+    def header(self) -> str:
+        total = time.perf_counter() - self._started
+        return ", ".join(f"{n};dur={s * 1000:.2f}" for n, s in (*self._parts, ("view", total)))
+
+
+def _database_release() -> None:
+    """Give the request's pooled PostgreSQL connection back while the model works: a call needs
+    the database only for its lookup, and holding a connection through the model's time made
+    32 concurrent callers queue for a pool of 24 (bench/predict.py). Only with a pool: closing
+    a persistent connection would make the next request connect afresh."""
+    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
+        connection.close()
+
+
 def _model_server_post(url: str, **kwargs) -> httpx.Response:
     try:
         return _client.post(url, **kwargs)
@@ -229,15 +269,23 @@ def predict_forward(
     model: TrainedModel,
     server_url: str,
     server_name: str = "shared",
+    server_secret: str = "",
     deployment_id: int | None = None,
     collect_rule_id: int | None = None,
+    started: float | None = None,
+    verdict: Verdict | None = None,
 ) -> HttpResponse:
     """The whole call: limits, image, parameters, the model server, usage. Errors are JSON
     `{"detail": ...}` with the right status; every call is counted, after its answer is sent.
     `model` comes from selectors.models_for_predict, found by
     workspaces.selectors.row_for_caller. `collect_rule_id`: the deployment's collection rule,
-    when it is on (deploy.collection decides, after the answer, whether the image is kept)."""
-    started = time.perf_counter()
+    when it is on (deploy.collection decides, after the answer, whether the image is kept).
+    `verdict`: the rate limit's, when the call was counted with its caller's lookup.
+    `started`: when the view began (its caller lookup is then timed too). The answer's
+    Server-Timing header gives each hop's milliseconds (bench/predict.py reads them)."""
+    forward = time.perf_counter()
+    started = forward if started is None else started
+    hops = _Hops(started, forward)
     key: ApiKey | None = access.api_key
 
     def count(ok: bool) -> None:
@@ -252,15 +300,19 @@ def predict_forward(
         )
 
     try:
-        rate_limited(access, model.workspace.plan)
+        rate_limited(access, model.workspace.plan, verdict)
+        hops.mark("limit")
         model_ready(model)
         data, values = request_image(request)
         params = params_parse(values, model)
+        hops.mark("body")
         try:
             checked = image_check(data)
         except ImageRejected as exc:
             raise PredictRefused(400, f"The file is not a usable image: {exc}.") from None
+        hops.mark("image")
         path, cache_key = model_file(model)
+        _database_release()
         try:
             answer = _model_server_post(
                 f"{server_url}/predict",
@@ -269,7 +321,8 @@ def predict_forward(
                 headers={
                     "Authorization": "Bearer "
                     + inference_token(
-                        secret=settings.INFERENCE_TOKEN,
+                        # A rented endpoint's own secret (deploy.remote_endpoint)
+                        secret=server_secret or settings.INFERENCE_TOKEN,
                         server=server_name,
                         action="predict",
                         model_key=cache_key,
@@ -287,6 +340,7 @@ def predict_forward(
             raise PredictRefused(
                 503, "The model server is not answering; it may be starting. Try again shortly."
             ) from None
+        hops.mark("model")
         if answer.status_code != 200 or not answer.headers.get("content-type", "").startswith(
             "application/json"
         ):
@@ -308,9 +362,14 @@ def predict_forward(
                     answer=content,
                 )
 
-        return _CountedResponse(answer.content, status=200, count=lambda: count(True), after=after)
+        response = _CountedResponse(
+            answer.content, status=200, count=lambda: count(True), after=after
+        )
+        response["Server-Timing"] = hops.header()
+        return response
     except PredictRefused as refused:
         response = refused.response()
+        response["Server-Timing"] = hops.header()
         # Counted at once: a refusal is cheap, and its response is not ours to subclass.
         count(False)
         return response

@@ -29,14 +29,25 @@ class Verdict:
 def rate_take(*, who: str, limit: int, now: float | None = None) -> Verdict:
     """Count one call for `who` in the current minute; refuse past `limit`. A fixed window:
     one INCR, atomic across processes."""
+    return rate_take_reading(who=who, limit=limit, now=now)[0]
+
+
+def rate_take_reading(
+    *, who: str, limit: int, read: str | None = None, now: float | None = None
+) -> tuple[Verdict, bytes | None]:
+    """rate_take, and the value of the Redis key `read` (None when absent or not asked) in the
+    same round trip: a call checks whether the API key it kept was revoked as it is counted."""
     now = time.time() if now is None else now
     window = int(now // WINDOW_SECONDS)
     key = f"kestrel:ratelimit:{who}:{window}"
     pipe = _redis().pipeline()
     pipe.incr(key)
     pipe.expire(key, WINDOW_SECONDS + 5)
-    count, _ = pipe.execute()
+    if read is not None:
+        pipe.get(read)
+    count, _, *seen = pipe.execute()
     retry = max(1, int((window + 1) * WINDOW_SECONDS - now + 0.999))
-    return Verdict(
+    verdict = Verdict(
         allowed=count <= limit, limit=limit, remaining=max(0, limit - count), retry_after=retry
     )
+    return verdict, (seen[0] if seen else None)

@@ -10,11 +10,14 @@ from django.db.models import ProtectedError, RestrictedError
 from django.utils.text import slugify
 
 from annotation.models import PRELABEL_FINAL, PrelabelRun
+from billing.ledger import account_for, credits_format_rounded
 from core.errors import ServiceError
+from core.money import per_hour_to_micro
 from core.storage import storage_delete
-from deploy.models import Deployment, DeploymentState, ExportState, ModelExport
+from deploy.models import Deployment, DeploymentState, ExportState, ModelExport, Placement
 from deploy.predict import PredictRefused, model_ready
-from training.models import FINAL_STATES, TrainedModel, TrainingJob
+from training.models import FINAL_STATES, GpuType, TrainedModel, TrainingJob
+from training.services.catalog import gpu_pick
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -34,15 +37,41 @@ def _servable(model: TrainedModel) -> None:
         raise ServiceError(exc.detail) from None
 
 
+# Before a rented endpoint starts, the workspace has at least this much of its replica time.
+REMOTE_MINIMUM_SECONDS = 15 * 60
+
+
+def _remote_placement(access: WorkspaceAccess, gpu_type: GpuType) -> None:
+    """A GPU SkyPilot rents, of the same admin-priced catalogue as training, that this
+    workspace's plan includes, with a quarter of an hour of it in credits."""
+    if gpu_type.provider != "skypilot":
+        raise ServiceError("Endpoints run on this machine or on a GPU SkyPilot rents.")
+    gpu_pick(workspace=access.workspace, gpu_id=gpu_type.pk)  # the plan, the provider's set-up
+    need = per_hour_to_micro(REMOTE_MINIMUM_SECONDS, gpu_type.hourly_price)
+    available = account_for(access.workspace).available
+    if need and available < need:
+        raise ServiceError(
+            f"A {gpu_type.name} endpoint costs {credits_format_rounded(need * 4)} credits an "
+            f"hour; the workspace has {credits_format_rounded(available)}: add credits first."
+        )
+
+
 @transaction.atomic
 def deployment_create(
-    *, access: WorkspaceAccess, model: TrainedModel, name: str = ""
+    *,
+    access: WorkspaceAccess,
+    model: TrainedModel,
+    name: str = "",
+    gpu_type: GpuType | None = None,
 ) -> Deployment:
-    """A dedicated endpoint for `model`, started by a worker right after this commits."""
+    """A dedicated endpoint for `model`, started by a worker right after this commits: on this
+    machine, or (`gpu_type`, a SkyPilot type of the catalogue) on GPUs SkyServe rents."""
     access.require(Perm.WRITE)
     if not access.owns(model):
         raise ServiceError("This model belongs to another workspace.")
     _servable(model)
+    if gpu_type is not None:
+        _remote_placement(access, gpu_type)
     plan = access.workspace.plan
     limit = getattr(plan, "max_deployments", 1)
     # Counted under the workspace row's lock, so two requests cannot both take the last one.
@@ -61,6 +90,8 @@ def deployment_create(
         desired_running=True,
         state=DeploymentState.STARTING,
         created_by=access.user,
+        placement=Placement.SKYSERVE if gpu_type else Placement.LOCAL,
+        gpu_type=gpu_type,
     )
     _reconcile_on_commit(deployment)
     return deployment
@@ -74,6 +105,8 @@ def deployment_set_running(
     locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
     if running:
         _servable(locked.model)
+        if locked.gpu_type is not None:
+            _remote_placement(access, locked.gpu_type)
     locked.desired_running = running
     locked.state = DeploymentState.STARTING if running else DeploymentState.STOPPING
     locked.save(update_fields=["desired_running", "state"])
@@ -90,6 +123,9 @@ def deployment_swap(
     if not access.owns(model):
         raise ServiceError("This model belongs to another workspace.")
     locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+    if locked.placement == Placement.SKYSERVE and locked.state != DeploymentState.STOPPED:
+        # Its replicas fetched their weights when they started: a new model is a new start.
+        raise ServiceError("Stop this endpoint to serve another model; start it again after.")
     if model.task != locked.model.task:
         raise ServiceError(
             f"Callers of this endpoint expect {locked.model.get_task_display().lower()} "

@@ -1,6 +1,11 @@
 """Dedicated endpoint processes on this machine: started detached (they outlive the worker
-that started them), checked by a beat task, restarted when they die, stopped on request."""
+that started them), checked by a beat task, restarted when they die, stopped on request.
 
+Each process carries its install's mark in its environment (INSTALL_ENV), so a process whose
+row is gone (its workspace deleted, a test's database emptied) or whose deployment is halted
+is still found on this machine, and ended, by the next check."""
+
+import logging
 import os
 import signal
 import socket
@@ -10,17 +15,25 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from deploy.inference.tokens import inference_token
-from deploy.models import Deployment, DeploymentState
+from deploy.install import install_mark
+from deploy.models import Deployment, DeploymentState, Placement
+
+logger = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT = 2.0
 START_WAIT_SECONDS = 90
 PORT_TRIES = 3  # ports tried when the one found free is taken before the process binds it
 LOG_TAIL_BYTES = 16 * 1024
+INSTALL_ENV = "KESTREL_ENDPOINT_INSTALL"
+NAME_PREFIX = "deployment-"
+# A process younger than this may be one a worker has just spawned and not yet written down.
+STRAY_GRACE_SECONDS = 15
 
 
 def log_path(deployment: Deployment) -> Path:
@@ -42,6 +55,18 @@ def _url(deployment: Deployment) -> str:
     return f"http://{settings.DEPLOY_HOST}:{deployment.port}"
 
 
+def endpoint_route(deployment: Deployment) -> tuple[str, str]:
+    """Where a web process sends the endpoint's calls, and the secret it mints their tokens
+    with: read from the row (a process here, or SkyServe's load balancer), so any web process
+    routes to it. ("", "") while it has no address."""
+    if deployment.placement == Placement.SKYSERVE:
+        from deploy.remote_endpoint import endpoint_secret
+
+        return (deployment.url, endpoint_secret(deployment)) if deployment.url else ("", "")
+    url = deployment.url or (_url(deployment) if deployment.port else "")
+    return url, settings.INFERENCE_TOKEN if url else ""
+
+
 def health(deployment: Deployment) -> dict | None:
     """The process's /health answer, if it is this deployment's process and answers."""
     if not deployment.port:
@@ -54,13 +79,16 @@ def health(deployment: Deployment) -> dict | None:
 
 
 def stats(deployment: Deployment) -> dict | None:
+    url, secret = endpoint_route(deployment)
+    if not url:
+        return None
     try:
         return httpx.get(
-            f"{_url(deployment)}/stats",
+            f"{url}/stats",
             headers={
                 "Authorization": "Bearer "
                 + inference_token(
-                    secret=settings.INFERENCE_TOKEN,
+                    secret=secret,
                     server=f"deployment-{deployment.slug}",
                     action="stats",
                 )
@@ -176,10 +204,82 @@ def process_start(deployment: Deployment) -> Deployment:
     Deployment.objects.filter(pk=deployment.pk).update(
         state=DeploymentState.FAILED,
         pid=None,
+        log=log_tail(deployment)[-6000:],
         last_error="The endpoint process did not start: " + (" / ".join(tail) or "no output"),
     )
     deployment.refresh_from_db()
     return deployment
+
+
+def endpoint_processes(install: str | None = None) -> list[tuple[int, str]]:
+    """(pid, slug) of every endpoint process of `install` (this one by default) running on
+    this machine, found by their command line and their environment's mark. Without /proc
+    (macOS) none are found: the saved pids are all there is."""
+    install = install or install_mark()
+    wanted = f"{INSTALL_ENV}={install}".encode()
+    found = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            arguments = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"deploy.inference" not in arguments or b"--name" not in arguments:
+                continue
+            if wanted not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+        except OSError:  # ended meanwhile, or another user's
+            continue
+        at = arguments.index(b"--name") + 1
+        name = arguments[at].decode(errors="replace") if at < len(arguments) else ""
+        if name.startswith(NAME_PREFIX):
+            found.append((int(entry.name), name.removeprefix(NAME_PREFIX)))
+    return found
+
+
+def endpoint_processes_stop(install: str | None = None) -> int:
+    """End every endpoint process of `install` on this machine, whatever the database says
+    (a test's end; the database may be gone already). Returns how many were ended."""
+    found = endpoint_processes(install)
+    for pid, _ in found:
+        _kill(pid)
+    return len(found)
+
+
+def _young(pid: int) -> bool:
+    try:
+        return time.time() - psutil.Process(pid).create_time() < STRAY_GRACE_SECONDS
+    except psutil.Error:
+        return False
+
+
+def endpoints_stray_stop() -> int:
+    """End this install's endpoint processes on this machine that no deployment wants: its row
+    is gone (the workspace was deleted), it is halted (not meant to run, stopped, failed), or
+    it is not the process the row names (a second one). A row a worker holds (starting,
+    reconciling) is left to it. Returns how many processes were ended."""
+    ended = 0
+    for pid, slug in endpoint_processes():
+        with transaction.atomic():
+            row = Deployment.objects.filter(slug=slug).first()
+            if row is not None:
+                row = Deployment.objects.select_for_update(skip_locked=True).filter(pk=row.pk)
+                row = row.first()
+                if row is None:
+                    continue  # a worker is on it
+                wanted = row.desired_running and row.state not in (
+                    DeploymentState.STOPPED,
+                    DeploymentState.FAILED,
+                )
+                # Young and not the row's: perhaps spawned and not yet written down.
+                if wanted and (row.pid == pid or _young(pid)):
+                    continue
+            logger.warning("ending endpoint process %s of %s: no deployment wants it", pid, slug)
+            _kill(pid)
+            ended += 1
+    return ended
 
 
 def _process_spawn(deployment: Deployment, port: int) -> subprocess.Popen:
@@ -198,7 +298,7 @@ def _process_spawn(deployment: Deployment, port: int) -> subprocess.Popen:
             "--port",
             str(port),
             "--name",
-            f"deployment-{deployment.slug}",
+            f"{NAME_PREFIX}{deployment.slug}",
         ],
         cwd=settings.BASE_DIR,
         stdout=log,
@@ -208,11 +308,13 @@ def _process_spawn(deployment: Deployment, port: int) -> subprocess.Popen:
         env={
             **os.environ,
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings"),
+            INSTALL_ENV: install_mark(),
         },
     )
     log.close()
     Deployment.objects.filter(pk=deployment.pk).update(
         port=port,
+        url=f"http://{settings.DEPLOY_HOST}:{port}",
         pid=proc.pid,
         host=socket.gethostname(),
         state=DeploymentState.STARTING,
@@ -229,6 +331,9 @@ def process_stop(deployment: Deployment) -> Deployment:
 
 
 def _ours(deployment: Deployment) -> bool:
+    """A process here is this machine's to supervise; SkyServe's services any worker's."""
+    if deployment.placement == Placement.SKYSERVE:
+        return True
     return not deployment.host or deployment.host == socket.gethostname()
 
 
@@ -241,13 +346,20 @@ def deployment_reconcile(deployment_id: int) -> Deployment | None:
         )
         if deployment is None or not _ours(deployment):
             return deployment
+        if deployment.placement == Placement.SKYSERVE:
+            from deploy.remote_endpoint import remote_check
+
+            return remote_check(deployment)
         if not deployment.desired_running:
             return process_stop(deployment)
         if health(deployment):
             if deployment.state != DeploymentState.RUNNING:
                 deployment.state = DeploymentState.RUNNING
                 deployment.save(update_fields=["state"])
-            Deployment.objects.filter(pk=deployment.pk).update(checked_at=timezone.now())
+            # The tail in the row: the page of a web process on another machine shows it.
+            Deployment.objects.filter(pk=deployment.pk).update(
+                checked_at=timezone.now(), log=log_tail(deployment)[-6000:]
+            )
             return deployment
         was_running = deployment.state == DeploymentState.RUNNING
         _stop(deployment)  # hung or half-dead: make sure it is gone
@@ -264,8 +376,13 @@ def deployment_reconcile(deployment_id: int) -> Deployment | None:
 
 
 def deployments_check() -> int:
-    """Every deployment of this machine: restart the dead, stop the unwanted. One that failed
-    to start waits for a person to press Start again. Returns how many were looked at."""
+    """Every deployment of this machine: restart the dead, stop the unwanted, end the processes
+    no deployment wants. One that failed to start waits for a person to press Start again.
+    Returns how many were looked at."""
+    endpoints_stray_stop()
+    from deploy.remote_endpoint import services_stray_down
+
+    services_stray_down()
     ids = list(
         Deployment.objects.exclude(state=DeploymentState.STOPPED, desired_running=False)
         .exclude(state=DeploymentState.FAILED)
@@ -281,9 +398,10 @@ def deployments_halt() -> int:
     as stopped and the next check starts them again. `make run` calls this on Ctrl-C, once its
     worker and beat are gone. Returns how many processes were stopped."""
     halted = 0
-    for deployment in Deployment.objects.exclude(pid=None):
+    for deployment in Deployment.objects.exclude(pid=None).filter(placement=Placement.LOCAL):
         if not _ours(deployment):
             continue
         process_stop(deployment)
         halted += 1
-    return halted
+    # And any the rows lost track of (a worker killed between spawning one and saving its pid).
+    return halted + endpoint_processes_stop()

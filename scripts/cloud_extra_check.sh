@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Does `pip install -e '.[cloud]'` install on a fresh machine, and does Kestrel's SkyPilot
-# provider work with what it installs? SkyPilot 0.14.1 pins click<8.2 while celery 5.7 needs
-# click>=8.3.1; the extra caps celery below 5.7. This installs the extra (with the test tools)
-# in a new virtual environment, checks what pip picked, and runs the SkyPilot tests there: the
-# three that need the real package (its task parser, its ManagedJobStatus list, its SDK without
-# an API server) are skipped in the main environment, which has no SkyPilot.
+# provider (training jobs, and dedicated endpoints through SkyServe) work with what it
+# installs? SkyPilot 0.14.1 pins click<8.2 while celery 5.7 needs click>=8.3.1; the extra caps
+# celery below 5.7. This installs the extra (with the test tools) in a new virtual environment,
+# checks what pip picked, and runs the SkyPilot tests there: the three that need the real
+# package (its task parser, its ManagedJobStatus list, its SDK without an API server) and the
+# endpoint's service check (its task and service-spec parsers on
+# Kestrel's SkyServe service) are skipped in the main environment, which has no SkyPilot.
 # CI runs it after the suite (.ci/run); about 4 minutes of install and 20 s of tests here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,4 +36,5 @@ HOME="$work/home" SKYPILOT_DISABLE_LOCAL_API_SERVER=1 \
   CACHE_KEY_PREFIX=cloud \
   "$work/venv/bin/pytest" -p no:cacheprovider -q -rs -m "not slow" \
   tests/training/test_skypilot.py tests/training/test_skypilot_beat.py \
-  tests/training/test_gpu_admin.py
+  tests/training/test_gpu_admin.py \
+  "tests/deploy/test_endpoint_skyserve.py::test_skypilots_own_parsers_load_the_service"

@@ -145,6 +145,19 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture(autouse=True)
+def _no_endpoint_outlives_its_test(request):
+    """A dedicated endpoint's model server is detached on purpose (it outlives the worker that
+    started it), so a test that deploys one (the journey does, through a worker) could leave it
+    running: it ends with the test. Found by the mark of the test's own database, whatever the
+    rows say, so another xdist worker's endpoints are left alone."""
+    yield
+    if _uses_a_database(request.node):
+        from deploy.supervisor import endpoint_processes_stop
+
+        endpoint_processes_stop()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_cache():
     """Rate limits and the cache live in Redis (a test-only database): start each test clean."""
     cache.clear()

@@ -208,9 +208,12 @@ def row_for_caller(
         return _row_for_presented_key(
             queryset, pk=pk, key=auth, not_found=not_found, workspace=workspace
         )
+    api_key = auth if isinstance(auth, ApiKey) else None
+    statement = None
+    if api_key is None and user.is_authenticated and callable(queryset):
+        statement = _member_statement(queryset, workspace)
     if callable(queryset):
         queryset = queryset()
-    api_key = auth if isinstance(auth, ApiKey) else None
     if api_key is not None:
         member_id = api_key.created_by_id
         queryset = queryset.filter(**{f"{workspace}_id": api_key.workspace_id})
@@ -218,17 +221,10 @@ def row_for_caller(
         member_id = user.pk
     else:
         raise Http404(not_found)
-    row = _first(
-        queryset.select_related(f"{workspace}__plan")
-        .annotate(
-            _member=FilteredRelation(
-                f"{workspace}__memberships",
-                condition=Q(**{f"{workspace}__memberships__user_id": member_id}),
-            )
-        )
-        .filter(pk=pk, _member__isnull=False)
-        .annotate(_member_role=F("_member__role"), _member_reviewer=F("_member__is_reviewer"))
-    )
+    if statement is not None:
+        row = _statement_row(statement, (member_id, pk))
+    else:
+        row = _first(_member_rows(queryset, workspace=workspace, member_id=member_id, pk=pk))
     if row is None:  # no such row, another team's, or the key's creator left the workspace
         raise Http404(not_found)
     perms = role_permissions(row._member_role, is_reviewer=row._member_reviewer)
@@ -242,6 +238,21 @@ def row_for_caller(
         perms=perms,
     )
     return access, row
+
+
+def _member_rows(rows: QuerySet, *, workspace: str, member_id: int, pk: int) -> QuerySet:
+    """`rows` joined to the membership of `member_id` in the row's workspace."""
+    return (
+        rows.select_related(f"{workspace}__plan")
+        .annotate(
+            _member=FilteredRelation(
+                f"{workspace}__memberships",
+                condition=Q(**{f"{workspace}__memberships__user_id": member_id}),
+            )
+        )
+        .filter(pk=pk, _member__isnull=False)
+        .annotate(_member_role=F("_member__role"), _member_reviewer=F("_member__is_reviewer"))
+    )
 
 
 _PRESENTED_KEY_COLUMNS = {
@@ -284,6 +295,7 @@ def _presented_key_rows(rows: QuerySet, *, workspace: str, prefix: str, now, pk:
 
 # Values no call binds, to find where the compiled statement takes the call's own.
 _PROBE_PREFIX, _PROBE_NOW, _PROBE_PK = "probe-prefix", datetime(1900, 1, 1, tzinfo=UTC), -(2**62)
+_PROBE_MEMBER = -(2**62) + 1
 
 
 @functools.cache
@@ -304,6 +316,26 @@ def _presented_key_statement(rows_of, workspace: str):
     return queryset.db, compiler, sql, params, slots
 
 
+@functools.cache
+def _member_statement(rows_of, workspace: str):
+    """As _presented_key_statement, for a person's session (the try-it page's calls): the row
+    joined to their membership, compiled once per process."""
+    queryset = _member_rows(
+        rows_of(), workspace=workspace, member_id=_PROBE_MEMBER, pk=_PROBE_PK
+    ).order_by()[:1]
+    return _statement_compiled(queryset, (_PROBE_MEMBER, _PROBE_PK))
+
+
+def _statement_compiled(queryset: QuerySet, probes: tuple):
+    compiler = queryset.query.get_compiler(using=queryset.db)
+    sql, params = compiler.as_sql()
+    params = list(params)
+    if [params.count(v) for v in probes] != [1] * len(probes):
+        return None  # a statement whose values cannot be found again: compiled per call
+    slots = tuple(params.index(v) for v in probes)
+    return queryset.db, compiler, sql, params, slots
+
+
 def _presented_key_row(rows, *, workspace: str, prefix: str, now, pk: int):
     """The row of `_presented_key_rows` (None for none); `rows` a function returning the
     queryset runs the statement compiled once, a queryset is compiled for this call."""
@@ -312,9 +344,14 @@ def _presented_key_row(rows, *, workspace: str, prefix: str, now, pk: int):
         queryset = rows() if callable(rows) else rows
         found = _presented_key_rows(queryset, workspace=workspace, prefix=prefix, now=now, pk=pk)
         return next(iter(found), None)
+    return _statement_row(statement, (prefix, now, pk))
+
+
+def _statement_row(statement, values: tuple):
+    """The one row (or None) of a statement compiled once, run with this call's `values`."""
     db, compiler, sql, params, slots = statement
     bound = list(params)
-    for slot, value in zip(slots, (prefix, now, pk), strict=True):
+    for slot, value in zip(slots, values, strict=True):
         bound[slot] = value
     with connections[db].cursor() as cursor:
         cursor.execute(sql, bound)

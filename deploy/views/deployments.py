@@ -9,12 +9,15 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
+from billing.ledger import credits_format_rounded
 from core.errors import ServiceError
 from deploy import services, supervisor
 from deploy.collection.rules import collection_panel
-from deploy.models import Deployment, DeploymentState, UsageDay
+from deploy.models import Deployment, DeploymentState, Placement, UsageDay
+from deploy.remote_endpoint import owed
 from deploy.selectors import deployment_usage_by_day
-from training.models import TrainedModel
+from training.models import GpuType, TrainedModel
+from training.services.catalog import gpu_choices
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
@@ -23,6 +26,12 @@ from workspaces.selectors import WorkspaceAccess
 class DeployForm(forms.Form):
     model = forms.ModelChoiceField(queryset=TrainedModel.objects.none(), empty_label=None)
     name = forms.CharField(max_length=100, required=False, label="Name (optional)")
+    gpu = forms.ModelChoiceField(
+        queryset=GpuType.objects.none(),
+        required=False,
+        empty_label="This machine (free)",
+        label="Runs on",
+    )
 
     def __init__(self, *args, access: WorkspaceAccess, **kwargs):
         super().__init__(*args, **kwargs)
@@ -30,6 +39,19 @@ class DeployForm(forms.Form):
             access.workspace
         ).select_related("project")
         self.fields["model"].label_from_instance = lambda m: f"{m.name} ({m.project.name})"
+        # The training catalogue's GPUs SkyPilot rents that this workspace may use, priced.
+        rented = [
+            c.gpu.pk
+            for c in gpu_choices(workspace=access.workspace)
+            if c.available and c.gpu.provider == "skypilot"
+        ]
+        gpu = self.fields["gpu"]
+        gpu.queryset = GpuType.objects.filter(pk__in=rented)
+        gpu.label_from_instance = lambda g: (
+            f"{g.name} via SkyPilot ({g.hourly_price.normalize()} credits an hour)"
+        )
+        if not rented:
+            gpu.widget = forms.HiddenInput()
 
 
 def _deployment(access: WorkspaceAccess, pk: int) -> Deployment:
@@ -37,7 +59,7 @@ def _deployment(access: WorkspaceAccess, pk: int) -> Deployment:
 
     deployment = (
         Deployment.objects.for_workspace(access.workspace)
-        .select_related("model", "model__project", "created_by")
+        .select_related("model", "model__project", "created_by", "gpu_type")
         .filter(pk=pk)
         .first()
     )
@@ -81,7 +103,10 @@ def deployment_create(request, access: WorkspaceAccess) -> HttpResponse:
         return redirect("deployment_list", ws_slug=access.workspace.slug)
     try:
         deployment = services.deployment_create(
-            access=access, model=form.cleaned_data["model"], name=form.cleaned_data["name"]
+            access=access,
+            model=form.cleaned_data["model"],
+            name=form.cleaned_data["name"],
+            gpu_type=form.cleaned_data["gpu"],
         )
     except ServiceError as exc:
         messages.error(request, str(exc))
@@ -111,13 +136,17 @@ def deployment_detail(request, access: WorkspaceAccess, pk: int) -> HttpResponse
         else collection_panel(access=access, deployment=deployment),
         "url": endpoint_url(request, deployment),
         "stats": supervisor.stats(deployment) if running else None,
-        "log": supervisor.log_tail(deployment)[-6000:],
+        "log": deployment.log
+        if deployment.placement == Placement.SKYSERVE
+        else supervisor.log_tail(deployment)[-6000:] or deployment.log,
         "by_day": by_day,
         "by_key": by_key,
         "can_write": access.can(Perm.WRITE),
         "swap_models": TrainedModel.objects.for_workspace(access.workspace)
         .filter(task=deployment.model.task)
         .exclude(pk=deployment.model_id),
+        "replica_minutes": deployment.replica_seconds / 60,
+        "owed": credits_format_rounded(owed(deployment)) if owed(deployment) else "",
         "settled": deployment.state
         in (DeploymentState.RUNNING, DeploymentState.STOPPED, DeploymentState.FAILED),
     }

@@ -13,6 +13,7 @@ from workspaces.models import (
     ApiKeyScope,
 )
 from workspaces.permissions import Perm
+from workspaces.revocations import api_key_revocations_bump
 from workspaces.selectors import (
     PresentedKey,
     WorkspaceAccess,
@@ -86,6 +87,10 @@ def api_key_revoke(*, access: WorkspaceAccess, key: ApiKey) -> None:
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])
+        # Web processes drop the lookups they keep (deploy.api): now, and again once the
+        # revocation is committed, so no call in between keeps the key's old row.
+        api_key_revocations_bump()
+        transaction.on_commit(api_key_revocations_bump)
 
 
 def api_key_authenticate(*, raw: str) -> ApiKey | None:
