@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--imgsz", type=int)
     parser.add_argument("--batch", type=int)
+    parser.add_argument("--model", default="yolo11n", help="a model YAML's stem, e.g. yolo26n")
     parser.add_argument("overrides", nargs="*", help="Ultralytics train arguments, key=value")
     args = parser.parse_args()
 
@@ -75,7 +76,7 @@ def main() -> None:
         train_args[key] = yaml.safe_load(value)
     print("train arguments:", " ".join(f"{k}={v}" for k, v in train_args.items()))
     start = time.perf_counter()
-    YOLO("yolo11n.yaml").train(
+    YOLO(f"{args.model}.yaml").train(
         data=str(work / "data" / "data.yaml"),
         device="cpu",
         workers=0,

@@ -38,7 +38,7 @@ def test_a_recipe_fills_the_fields_and_follows_the_weights_until_one_is_picked(
     ]
     page.check("input[name=weights][value=scratch]")
     assert page.is_checked("input[name=recipe][value=small-scratch]")
-    assert fields() == ["20", "128", "4"]  # batch 8, capped at the version's 4 images
+    assert fields() == ["30", "128", "4"]  # batch 8, capped at the version's 4 images
     assert page.input_value("select[name=optimizer]") == "AdamW"
     assert "lr0: 0.003" in page.input_value("textarea[name=extra_args]")
 
