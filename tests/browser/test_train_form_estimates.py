@@ -29,7 +29,7 @@ def test_the_estimates_load_after_the_form_and_follow_the_last_change(
     page.goto(f"/w/acme/projects/{project.pk}/train/")
     box = page.locator("[data-testid=estimates]")
     page.wait_for_function(IDLE, timeout=120_000)
-    assert "20 epochs at 128 px" in box.inner_text()
+    assert "30 epochs at 128 px" in box.inner_text()
     assert page.get_by_test_id("estimate-local").count() == 1
 
     # A new model size is measured afresh (seconds); the epochs typed meanwhile must not be

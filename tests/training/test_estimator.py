@@ -291,7 +291,7 @@ def test_the_form_page_answers_at_once_and_loads_the_estimates_of_its_initial_va
     panel = client.get(link, headers={"HX-Request": "true"}).content.decode()
     assert 'data-testid="estimate-h200"' in panel and 'data-testid="estimate-local"' in panel
     # The recipe for a small dataset from scratch (training/recipes.py), its batch held to 3.
-    assert "3 training and 1 validation images, 20 epochs at 128 px, batch 3" in panel
+    assert "3 training and 1 validation images, 30 epochs at 128 px, batch 3" in panel
     assert 'data-testid="badge-fastest"' in panel
 
 

@@ -74,7 +74,7 @@ def test_form_lists_versions_and_machines_with_unavailable_ones_disabled(
     for name in ("epochs", "imgsz", "patience", "seed"):
         assert f'name="{name}"' in page
     # A small version from scratch: the small-dataset recipe's numbers (training/recipes.py).
-    assert 'name="epochs" value="20"' in page and 'name="imgsz" value="128"' in page
+    assert 'name="epochs" value="30"' in page and 'name="imgsz" value="128"' in page
     assert "<details" in page and 'name="extra_args"' in page
     assert 'name="quick_test"' in page and "Start training" in page
 
