@@ -16,7 +16,6 @@ from sweeps.models import Direction, Sweep, SweepState, SweepTrial, TrialState
 from sweeps.services.budget import credits_words, is_free, trial_estimate
 from sweeps.services.space import corner_points, costliest_params, space_clean, trial_params
 from training.models import (
-    InspectState,
     JobState,
     TrainedModel,
     TrainingJob,
@@ -30,7 +29,7 @@ from training.services.arguments import (
     train_params_validate,
 )
 from training.services.catalog import gpu_pick
-from training.services.jobs import concurrency_check, job_stop
+from training.services.jobs import base_model_check, concurrency_check, job_stop
 from training.services.models import model_promote
 from training.services.recipes import workspace_recipe_create
 from workspaces.models import Project
@@ -190,20 +189,7 @@ def _fine_tune_checked(
     model's own family and size, as a job fine-tuning it takes them."""
     if base.weights != WeightsSource.MODEL:
         return base, None
-    if base_model is None:
-        raise ServiceError("Pick the model to fine-tune.")
-    _in_workspace(access, base_model, "model")
-    if base_model.inspect_state != InspectState.OK:
-        raise ServiceError(
-            f"“{base_model.name}” is still being checked; try again in a minute."
-            if base_model.inspect_state == InspectState.PENDING
-            else f"“{base_model.name}” could not be loaded: {base_model.inspect_error}"
-        )
-    if base_model.task != base.task:
-        raise ServiceError(
-            f"“{base_model.name}” is a {Task(base_model.task).label.lower()} model; it "
-            f"cannot be fine-tuned for {Task(base.task).label.lower()}."
-        )
+    base_model_check(access, base_model, task=base.task)
     if "model_size" in space:
         raise ServiceError(
             "A fine-tune keeps its model's size: search the other arguments, not model_size."

@@ -251,20 +251,7 @@ def job_submit(
         )
     params = train_params_validate(params, train_images=train_images)
     if params.weights == WeightsSource.MODEL:
-        if base_model is None:
-            raise ServiceError("Pick the model to fine-tune.")
-        _in_workspace(access, base_model, "model")
-        if base_model.inspect_state != InspectState.OK:
-            raise ServiceError(
-                f"“{base_model.name}” is still being checked; try again in a minute."
-                if base_model.inspect_state == InspectState.PENDING
-                else f"“{base_model.name}” could not be loaded: {base_model.inspect_error}"
-            )
-        if base_model.task != params.task:
-            raise ServiceError(
-                f"“{base_model.name}” is a {Task(base_model.task).label.lower()} model; it "
-                f"cannot be fine-tuned for {Task(params.task).label.lower()}."
-            )
+        base_model_check(access, base_model, task=params.task)
     else:
         base_model = None
     if params.weights == WeightsSource.PRETRAINED:
@@ -308,6 +295,27 @@ def concurrency_check(workspace) -> None:
         raise ServiceError(
             f"The {plan.name} plan runs {limit} training job{'s' if limit > 1 else ''} at a time, "
             "and that many are queued or running; wait for one to end, or stop one."
+        )
+
+
+def base_model_check(
+    access: WorkspaceAccess, base_model: TrainedModel | None, *, task: str
+) -> None:
+    """A model to fine-tune for `task`: picked, of this workspace, loaded, of that task (a
+    job's start, and a sweep's submit for every trial it will start)."""
+    if base_model is None:
+        raise ServiceError("Pick the model to fine-tune.")
+    _in_workspace(access, base_model, "model")
+    if base_model.inspect_state != InspectState.OK:
+        raise ServiceError(
+            f"“{base_model.name}” is still being checked; try again in a minute."
+            if base_model.inspect_state == InspectState.PENDING
+            else f"“{base_model.name}” could not be loaded: {base_model.inspect_error}"
+        )
+    if base_model.task != task:
+        raise ServiceError(
+            f"“{base_model.name}” is a {Task(base_model.task).label.lower()} model; it "
+            f"cannot be fine-tuned for {Task(task).label.lower()}."
         )
 
 
