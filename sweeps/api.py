@@ -20,11 +20,9 @@ from sweeps.services.submit import (
     sweep_stop,
     sweep_submit,
 )
-from training import selectors as training_selectors
+from training.api import project_train_access, run_inputs
 from training.models import WeightsSource
-from training.services.arguments import TrainParams, extra_args_parse
 from workspaces.api import api_access
-from workspaces.models import Project
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, project_get, row_for_caller
 
@@ -173,40 +171,10 @@ def sweep_list_api(request: HttpRequest, slug: str, project_id: int | None = Non
 @router.post("/sweeps", response={201: SweepOut})
 def sweep_create_api(request: HttpRequest, payload: SweepIn):
     """Start a sweep; 400 with the reason when it cannot run (nothing is started)."""
-    access, _ = row_for_caller(
-        Project.objects.all(),
-        pk=payload.project_id,
-        auth=request.auth,
-        user=request.user,
-        not_found="No such project.",
-    )
-    access.require(Perm.TRAIN)
+    access = project_train_access(request, payload.project_id)
     project = project_get(workspace=access.workspace, pk=payload.project_id)
-    version = training_selectors.trainable_version_get(
-        workspace=access.workspace, pk=payload.dataset_version_id
-    )
-    base_model = None
-    if payload.base_model_id is not None:
-        base_model = training_selectors.model_get(
-            workspace=access.workspace, pk=payload.base_model_id
-        )
-    extra_args = payload.extra_args
-    if isinstance(extra_args, str):
-        extra_args = extra_args_parse(extra_args)
-    task = version.dataset.task
-    base = TrainParams(
-        task=task,
-        model_family=payload.model_family,
-        model_size=payload.model_size,
-        weights=payload.weights,
-        epochs=payload.epochs,
-        imgsz=payload.imgsz,
-        batch=payload.batch,
-        patience=payload.patience,
-        optimizer=payload.optimizer,
-        seed=payload.train_seed,
-        extra_args=extra_args,
-    )
+    version, base_model, base = run_inputs(access, payload, task=None, seed=payload.train_seed)
+    task = base.task
     sweep = sweep_submit(
         access=access,
         project=project,

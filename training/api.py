@@ -8,7 +8,7 @@ from ninja import Field, Router, Schema, Status
 
 from core.errors import ServiceError
 from core.files import stored_file_response
-from datasets.models import Task
+from datasets.models import DatasetVersion, Task
 from training import selectors
 from training.estimator import EstimateConfig, estimates_for, version_images
 from training.models import (
@@ -193,7 +193,7 @@ class ModelOut(Schema):
         return context["workspace"]
 
 
-def _project_access(request: HttpRequest, project_id: int) -> WorkspaceAccess:
+def project_train_access(request: HttpRequest, project_id: int) -> WorkspaceAccess:
     """The caller's access to the workspace of a project (404 for strangers), able to train."""
     access, _ = row_for_caller(
         Project.objects.all(),
@@ -206,11 +206,12 @@ def _project_access(request: HttpRequest, project_id: int) -> WorkspaceAccess:
     return access
 
 
-@router.post("/training/jobs", response={201: JobOut})
-def job_create(request: HttpRequest, payload: JobIn):
-    """Queue a training job; 400 with the reason when it cannot train (nothing is queued)."""
-    access = _project_access(request, payload.project_id)
-    project = project_get(workspace=access.workspace, pk=payload.project_id)
+def run_inputs(
+    access: WorkspaceAccess, payload: Schema, *, task: str | None, seed: int
+) -> tuple[DatasetVersion, TrainedModel | None, TrainParams]:
+    """The version, the model to fine-tune and the run's parameters a payload names (a job's,
+    or every trial's of a sweep): the ids looked up in the caller's workspace (another's: 404),
+    the Ultralytics arguments an object or YAML text."""
     version = selectors.trainable_version_get(
         workspace=access.workspace, pk=payload.dataset_version_id
     )
@@ -221,7 +222,7 @@ def job_create(request: HttpRequest, payload: JobIn):
     if isinstance(extra_args, str):
         extra_args = extra_args_parse(extra_args)
     params = TrainParams(
-        task=payload.task or version.dataset.task,
+        task=task or version.dataset.task,
         model_family=payload.model_family,
         model_size=payload.model_size,
         weights=payload.weights,
@@ -230,9 +231,18 @@ def job_create(request: HttpRequest, payload: JobIn):
         batch=payload.batch,
         patience=payload.patience,
         optimizer=payload.optimizer,
-        seed=payload.seed,
+        seed=seed,
         extra_args=extra_args,
     )
+    return version, base_model, params
+
+
+@router.post("/training/jobs", response={201: JobOut})
+def job_create(request: HttpRequest, payload: JobIn):
+    """Queue a training job; 400 with the reason when it cannot train (nothing is queued)."""
+    access = project_train_access(request, payload.project_id)
+    project = project_get(workspace=access.workspace, pk=payload.project_id)
+    version, base_model, params = run_inputs(access, payload, task=payload.task, seed=payload.seed)
     job = job_submit(
         access=access,
         project=project,
@@ -360,7 +370,7 @@ class EstimateOut(Schema):
 @router.post("/training/estimate", response=list[EstimateOut])
 def job_estimate(request: HttpRequest, payload: EstimateIn):
     """Time, cost and memory fit of a job on every machine of the catalog, before it runs."""
-    access = _project_access(request, payload.project_id)
+    access = project_train_access(request, payload.project_id)
     project_get(workspace=access.workspace, pk=payload.project_id)
     if payload.dataset_version_id is not None:
         version = selectors.trainable_version_get(
