@@ -2,14 +2,17 @@
 epochs), their arguments chosen by the optimizer, one pruned from its live epochs, every credit
 within the budget, and the best trial's model promoted.
 
-Pruning made certain: the sweep optimises the validation box loss, and `box` (that loss's
-gain) is searched among 0.25, 0.5 and 50, so a trial with 50 reports a loss about a hundred
-times another's at the same epoch. With seed 483 the sampler's first two (random) trials are
-(box 0.5, 2 epochs) and (box 0.25, 4 epochs): they start together, the first ends first, and
-the second, whose loss is half the first's at each epoch, is never pruned against it. TPE,
-asked for trial 3 with the first complete and the second running, proposes box 50: that trial
-starts after one is complete, so its first epoch is compared with that one's, and it is pruned.
-The choices are asserted, so a change of Optuna's sampling shows as such, not as a flaky prune."""
+Pruning made certain, whatever the machine's load: the sweep optimises the validation box
+loss, and `box` (that loss's gain) is searched among 0.25, 0.5 and 50, so a trial with 50 reports
+a loss about a hundred times another's at the same epoch. With seed 483 the sampler's first two
+(random) trials are (box 0.5, 2 epochs) and (box 0.25, 4 epochs). The second worker starts only
+once the sweep has asked for its third trial, so the first worker trains trial 1 alone and the
+third trial is asked in one state only: trial 1 complete, trial 2 open. TPE then proposes box 50
+(with trials 1 and 2 both complete it proposes box 0.25, as a CI run under load once did when
+both workers started together). Trial 3 runs beside trial 2 after trial 1 is complete, so its
+first epoch is compared with trial 1's, and it is pruned; trial 2, whose loss is half trial 1's,
+never is. The choices are asserted, so a change of Optuna's sampling shows as such, not as a
+flaky prune."""
 
 import time
 
@@ -27,6 +30,17 @@ SEED = 483
 # whatever the trial's number of epochs.
 FIXED = {"plots": False, "warmup_epochs": 0, "lrf": 1.0}
 BUDGET = 480_000  # 0.48 credits: 8 minutes of the priced machine for 4 trials
+
+
+def _advance_until(sweep, done, seconds=240):
+    """Advance the sweep as beat's sweeps.advance does until `done(sweep, trials)`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        sweep = sweep_advance(sweep.pk)
+        trials = list(sweep.trials.select_related("job").order_by("number"))
+        if done(sweep, trials) or time.monotonic() > deadline:
+            return sweep, trials
+        time.sleep(0.3)
 
 
 @pytest.mark.same_on_any_database(
@@ -57,14 +71,15 @@ def test_a_real_sweep_chooses_prunes_keeps_to_its_budget_and_promotes(
         prune_warmup_epochs=0,
     )
     workers.start()
+    sweep, trials = _advance_until(sweep, lambda sweep, trials: len(trials) >= 3)
+    assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.RUNNING]
     workers.start()
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        sweep = sweep_advance(sweep.pk)  # what beat's sweeps.advance runs
-        trials = list(sweep.trials.select_related("job").order_by("number"))
-        if sweep.state == SweepState.FINISHED and not any(t.is_open for t in trials):
-            break
-        time.sleep(0.3)
+    sweep, trials = _advance_until(
+        sweep,
+        lambda sweep, trials: (
+            sweep.state == SweepState.FINISHED and not any(t.is_open for t in trials)
+        ),
+    )
     states = [
         (t.number, t.state, t.params, t.job.state, t.intermediate, t.job.started_at, t.ended_at)
         for t in trials
