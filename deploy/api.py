@@ -13,12 +13,15 @@ from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer
 
+from core.files import stored_file_response
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward, rate_limit_of, rate_who
 from deploy.ratelimit import Verdict, rate_take_reading
+from deploy.remote_endpoint import endpoint_for_weights
 from deploy.selectors import collection_rules_on, model_public_access, models_for_predict
 from deploy.supervisor import endpoint_route
 from training.models import TrainedModel
+from training.platform_files import weights_filename
 from workspaces.api import session_auth
 from workspaces.permissions import Perm
 from workspaces.revocations import REVOCATIONS, api_key_revocations_read
@@ -185,6 +188,21 @@ def deployment_predict(request: HttpRequest, slug: str):
         collect_rule_id=deployment.collect_rule_id,
         started=started,
         verdict=verdict,
+    )
+
+
+@endpoints.get("/{slug}/weights", auth=None, url_name="deployment_weights", include_in_schema=False)
+def deployment_weights(request: HttpRequest, slug: str):
+    """The model's weights, for a replica of this rented endpoint that is starting: the token it
+    minted with its endpoint's secret (deploy/weights_fetch.py) is its only key. Whatever is
+    wrong with the token or the endpoint, the answer is an unknown endpoint's."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    deployment = endpoint_for_weights(slug=slug, token=token if scheme == "Bearer" else "")
+    if deployment is None:
+        raise Http404("No such deployment.")
+    model = deployment.model
+    return stored_file_response(
+        key=model.weights_key, filename=weights_filename(model), size=model.weights_size
     )
 
 

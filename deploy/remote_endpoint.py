@@ -1,6 +1,7 @@
 """Dedicated endpoints on a GPU SkyPilot rents: a SkyServe service running Kestrel's own model
-server (`python -m deploy.inference`, the code this machine runs), which fetches its weights
-through a signed, expiring URL and verifies calls with a secret bound to that endpoint alone.
+server (`python -m deploy.inference`, the code this machine runs), which verifies calls with a
+secret bound to that endpoint alone, and fetches its weights when it starts with a short-lived
+token it mints with that secret (deploy/weights_fetch.py; checked by `endpoint_for_weights`).
 
 The beat's check (deploy.supervisor) polls SkyServe and copies into the row what a web process
 needs to route (the load balancer's address) and what the page shows (replicas, health, the tail
@@ -21,11 +22,13 @@ from django.utils import timezone
 
 from billing.ledger import InsufficientCredits, account_for, credits_spend
 from core.money import per_hour_to_micro
-from core.signed_urls import signed_query
 from deploy import skyserve
+from deploy.inference.tokens import inference_token_refusal
 from deploy.install import install_mark
-from deploy.models import Deployment, DeploymentState
-from training.platform_files import WEIGHTS_PURPOSE, weights_filename
+from deploy.models import Deployment, DeploymentState, Placement
+from deploy.weights_fetch import ACTION as WEIGHTS_ACTION
+from training.models import TrainedModel
+from training.platform_files import weights_filename
 from training.providers.base import ProviderError
 from training.providers.skypilot import resources_for, type_options
 
@@ -34,9 +37,9 @@ logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE_PREFIX = "kestrel-ep-"
 PORT = 8080  # the model server's port on the replica; SkyServe's load balancer is in front
-# The replica fetches the weights when it starts, and SkyServe starts a replacement with the
-# same task: the URL stays valid that long (a service older than that is started again).
-WEIGHTS_URL_SECONDS = 24 * 3600
+# The most seconds ahead the expiry of a replica's token for its weights may lie: the replica
+# mints them for 5 minutes (deploy/weights_fetch.py), and a token that lasts longer is refused.
+WEIGHTS_TOKEN_LONGEST = 10 * 60
 READY_PROBE_DELAY_SECONDS = 1200  # installing Kestrel and loading the model on a new machine
 # A replica that served before and died: how long SkyServe has to bring a replacement up
 # before the endpoint is given up as failed.
@@ -62,15 +65,48 @@ def endpoint_secret(deployment: Deployment) -> str:
     ).hexdigest()
 
 
-def weights_url(deployment: Deployment) -> str:
-    """A URL of the model's weights, signed and expiring, on the address rented machines reach
-    Kestrel at (TRAINING_EVENTS_URL, as the remote trainer's)."""
-    model = deployment.model
-    filename = weights_filename(model)
-    path = reverse("platform_model_weights", kwargs={"pk": model.pk, "filename": filename})
-    query = signed_query(WEIGHTS_PURPOSE, f"{model.pk}/{filename}", seconds=WEIGHTS_URL_SECONDS)
+def server_name(deployment: Deployment) -> str:
+    """The name the endpoint's model server and its tokens go by."""
+    return f"deployment-{deployment.slug}"
+
+
+def weights_source(deployment: Deployment) -> str:
+    """Where a replica fetches its weights (with a token of its own, never in the URL): the
+    address rented machines reach Kestrel at (TRAINING_EVENTS_URL, as the remote trainer's)."""
+    path = reverse("endpoints:deployment_weights", kwargs={"slug": deployment.slug})
     base = (settings.TRAINING_EVENTS_URL or settings.SITE_URL).rstrip("/")
-    return f"{base}{path}?{query}"
+    return f"{base}{path}"
+
+
+def endpoint_for_weights(*, slug: str, token: str) -> Deployment | None:
+    """The rented endpoint whose replica presents `token` for its weights, with its model; None
+    when the token is not a replica's of this endpoint for its weights (another endpoint's,
+    another call's, expired, valid for too long, altered), or the endpoint is not one that
+    should be running on rented GPUs (stopped, failed, local, deleted)."""
+    deployment = (
+        Deployment.objects.select_related("model")
+        .filter(
+            slug=slug,
+            placement=Placement.SKYSERVE,
+            desired_running=True,
+            state__in=(DeploymentState.STARTING, DeploymentState.RUNNING),
+        )
+        .filter(model__in=TrainedModel.objects.usable().exclude(weights_key=""))
+        .first()
+    )
+    if deployment is None:
+        return None
+    refusal = inference_token_refusal(
+        token,
+        secret=endpoint_secret(deployment),
+        server=server_name(deployment),
+        action=WEIGHTS_ACTION,
+        longest=WEIGHTS_TOKEN_LONGEST,
+    )
+    if refusal is not None:
+        logger.info("weights of endpoint %s refused: %s", slug, refusal)
+        return None
+    return deployment
 
 
 # Top-level names .skyignore keeps off a rented machine (the install's data and secrets).
@@ -101,8 +137,9 @@ def workdir_check() -> None:
 
 
 def service_task(deployment: Deployment) -> dict:
-    """The SkyServe service of a deployment. The weights' URL and the secret are SkyPilot
-    secrets (redacted in its views), read from the environment: never in `run`."""
+    """The SkyServe service of a deployment. The endpoint's secret is a SkyPilot secret
+    (redacted in its views), read from the environment: never in `run`. Nothing in it expires,
+    as SkyServe starts replacement replicas with it at any time."""
     from deploy.predict import model_file
     from deploy.selectors import models_for_predict
 
@@ -119,13 +156,9 @@ def service_task(deployment: Deployment) -> dict:
     server = [
         # Every interface of the replica: SkyServe's load balancer reaches it from outside.
         "python3", "-m", "deploy.inference", "--host", "0.0.0.0", "--port", str(PORT),  # noqa: S104
-        "--name", f"deployment-{deployment.slug}", "--model-key", key,
+        "--name", server_name(deployment), "--model-key", key,
         "--model-task", model.task, "--model-name", model.name,
     ]  # fmt: skip
-    fetch = (
-        "import os, urllib.request; "
-        "urllib.request.urlretrieve(os.environ['KESTREL_WEIGHTS_URL'], os.environ['WEIGHTS'])"
-    )
     return {
         "name": service_name(deployment),
         "workdir": str(ROOT),  # Kestrel's own code, synced by SkyPilot (.gitignore applies)
@@ -141,7 +174,7 @@ def service_task(deployment: Deployment) -> dict:
         "run": (
             "set -e\n"
             f'mkdir -p "$HOME/kestrel-weights"\nexport WEIGHTS="{weights}"\n'
-            f"python3 -c {shlex.quote(fetch)}\n"
+            'python3 -m deploy.weights_fetch --to "$WEIGHTS"\n'
             f'exec {shlex.join(server)} --model-path "$WEIGHTS"\n'
         ),
         "envs": {
@@ -149,10 +182,12 @@ def service_task(deployment: Deployment) -> dict:
             "YOLO_AUTOINSTALL": "0",
             "YOLO_OFFLINE": "1",
             "DJANGO_SETTINGS_MODULE": "config.settings",
+            # Not secrets: the replica's own token for its weights is the key (weights_fetch).
+            "KESTREL_WEIGHTS_SOURCE": weights_source(deployment),
+            "KESTREL_ENDPOINT": server_name(deployment),
         },
         "secrets": {
             "INFERENCE_TOKEN": endpoint_secret(deployment),
-            "KESTREL_WEIGHTS_URL": weights_url(deployment),
             # The model server reads settings only; its own key, never the install's.
             "SECRET_KEY": secrets.token_hex(32),
         },

@@ -5,6 +5,9 @@ Each token is minted for one call: it names the server it is for (`shared`, or
 expires a minute later. It is an HMAC over those claims with the secret web processes and model
 servers share (settings.INFERENCE_TOKEN), so a token seen in a log or a request capture opens
 nothing else and nothing later. Standard library only: model servers import no Django apps.
+
+The other way round, a rented endpoint's replica mints one with its endpoint's secret to fetch
+its weights from Kestrel when it starts (`weights` on `deployment-<slug>`, deploy/weights_fetch.py).
 """
 
 import base64
@@ -38,13 +41,14 @@ def inference_token(
     model_key: str = "",
     model_path: str = "",
     now: float | None = None,
+    ttl: int = TTL_SECONDS,
 ) -> str:
     claims = {
         "srv": server,
         "act": action,
         "key": model_key,
         "path": model_path,
-        "exp": int((time.time() if now is None else now) + TTL_SECONDS),
+        "exp": int((time.time() if now is None else now) + ttl),
     }
     payload = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
     return f"{_b64(payload)}.{_b64(_mac(secret, payload))}"
@@ -59,8 +63,11 @@ def inference_token_refusal(
     model_key: str = "",
     model_path: str = "",
     now: float | None = None,
+    longest: float | None = None,
 ) -> str | None:
-    """Why `token` does not allow `action` on `server` (for that model), or None if it does."""
+    """Why `token` does not allow `action` on `server` (for that model), or None if it does.
+    `longest`: the most seconds ahead its expiry may lie (a token minted to last a day, were
+    it seen, would open the call for a day)."""
     payload_text, _, mac_text = token.partition(".")
     try:
         payload, mac = _unb64(payload_text), _unb64(mac_text)
@@ -69,8 +76,11 @@ def inference_token_refusal(
     if not payload or not hmac.compare_digest(mac, _mac(secret, payload)):
         return "Missing or wrong inference token."
     claims = json.loads(payload)
-    if claims.get("exp", 0) < (time.time() if now is None else now):
+    now = time.time() if now is None else now
+    if claims.get("exp", 0) < now:
         return "The inference token has expired."
+    if longest is not None and claims.get("exp", 0) > now + longest:
+        return "The inference token is valid for longer than allowed."
     if claims.get("srv") != server or claims.get("act") != action:
         return "The inference token is not for this server or this call."
     if action == "predict" and (claims.get("key") != model_key or claims.get("path") != model_path):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from config.api import api
 from deploy.api import endpoints
-from deploy.models import Deployment, DeploymentState
+from deploy.models import Deployment, DeploymentState, Placement
 from tests.training.factories import trained_model_row
 from workspaces.models import ApiKey
 from workspaces.services.keys import api_key_create, api_key_revoke
@@ -33,6 +33,9 @@ TOKEN_ROUTES = {
     ("get", "/api/v1/trainer/jobs/{job_id}/weights/{which}"),
     ("post", "/api/v1/trainer/jobs/{job_id}/uploads"),
 }
+# Reached only with the token a rented endpoint's replica mints for its weights; anything else
+# is an unknown endpoint (tests/deploy/test_endpoint_weights.py).
+REPLICA_ROUTES = {"/d/{slug}/weights"}
 # Reached only with a URL signed for one file of one attempt (a presigned URL's way).
 SIGNED_ROUTES = {"/api/v1/trainer/jobs/{job_id}/attempts/{attempt}/files/{name}"}
 UNSAFE = {"post", "put", "patch", "delete"}
@@ -66,7 +69,8 @@ OPERATIONS = _operations()
 
 def test_every_mounted_route_is_checked_here():
     described = {path for path, _ in OPERATIONS}
-    assert _mounted_routes() == described | {route for _, route in TOKEN_ROUTES} | SIGNED_ROUTES
+    token_routes = {route for _, route in TOKEN_ROUTES} | SIGNED_ROUTES | REPLICA_ROUTES
+    assert _mounted_routes() == described | token_routes
     assert {method for _, method in OPERATIONS} >= {"get", "post", "patch", "delete"}
 
 
@@ -237,6 +241,23 @@ def test_the_trainer_routes_take_only_their_token_and_never_ask_for_csrf(team, m
     response = _send(Client(enforce_csrf_checks=True), method, url)
     assert response.status_code == 403
     assert "CSRF" not in response.json()["detail"]
+
+
+def test_the_replica_route_gives_a_session_or_a_key_nothing(team, deployment):
+    """Not even the endpoint's owner gets its weights there (they download them from the
+    model's page); a key with every scope neither."""
+    Deployment.objects.filter(pk=deployment.pk).update(
+        placement=Placement.SKYSERVE, desired_running=True, state=DeploymentState.RUNNING
+    )
+    (route,) = REPLICA_ROUTES
+    url = route.format(slug=deployment.slug)
+    _, raw = api_key_create(access=team.access("owner"), name="all", scopes=["predict", "read"])
+    owner = Client(enforce_csrf_checks=True)
+    owner.force_login(team.owner)
+    for client in (owner, Client(headers={"Authorization": f"Bearer {raw}"})):
+        response = client.get(url)
+        assert response.status_code == 404
+        assert response.json() == {"detail": "No such deployment."}
 
 
 def test_the_signed_upload_route_refuses_a_missing_signature_without_csrf(team):

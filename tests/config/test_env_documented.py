@@ -30,10 +30,10 @@ NOT_SETTINGS = {
     "YOLO_CONFIG_DIR",  # the trainer points Ultralytics at the run's own folder
     "YOLO_VERBOSE",
     "KESTREL_API_KEY",  # in the try-it page's Python snippet, read on the user's machine
-    # A rented endpoint's replica fetches its weights with these, set in its SkyPilot task
-    # (deploy/remote_endpoint.py), on that machine.
-    "KESTREL_WEIGHTS_URL",
-    "WEIGHTS",
+    # A rented endpoint's replica fetches its weights from there with a token of its own
+    # (deploy/weights_fetch.py): set in its SkyPilot task (deploy/remote_endpoint.py).
+    "KESTREL_WEIGHTS_SOURCE",
+    "KESTREL_ENDPOINT",
 }
 
 RECORDER = r"""

@@ -1,9 +1,10 @@
 """A dedicated endpoint on a GPU SkyPilot rents, through SkyServe, tested as the remote trainer
 is: SkyPilot is answered at its SDK's edge (tests/fake_sky), which runs the service's replica,
 Kestrel's own model server, in a network namespace of the test's own. The replica reaches this
-machine only over HTTP (the weights through a signed URL, from the test's web server), and the
-web routes calls to the address the row holds. Its SkyPilot task is parsed by SkyPilot's own
-parsers in the cloud extra's check (scripts/cloud_extra_check.sh)."""
+machine only over HTTP (its weights with a token it mints itself, deploy/weights_fetch.py, from
+the test's web server), and the web routes calls to the address the row holds. Its SkyPilot
+task is parsed by SkyPilot's own parsers in the cloud extra's check
+(scripts/cloud_extra_check.sh)."""
 
 import contextlib
 import importlib.util
@@ -100,7 +101,7 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def skyserve_lab(monkeypatch):
-    """A namespace reaching only the test's web server (the weights' signed URL), whose replicas
+    """A namespace reaching only the test's web server (the replica's weights), whose replicas
     the fake SDK runs there."""
     from tests.netns import network_namespace
     from tests.servers import app_server
@@ -148,16 +149,25 @@ def test_an_endpoint_on_a_rented_gpu_serves_heals_meters_and_stops(
         [launched] = Path(os.environ["FAKE_SKY_DIR"]).glob("serve-launched-*-1.json")
         task = json.loads(launched.read_text())["task"]
         # The server on the rented machine is Kestrel's own, with a secret of this endpoint
-        # alone and the weights through a signed, expiring URL: no secret in `run`.
+        # alone, which also mints the replica's token for its weights: no secret in `run`, and
+        # nothing that expires (SkyServe starts replacements with this task at any time).
         assert "-m deploy.inference" in task["run"] and "--name deployment-" in task["run"]
+        assert "python3 -m deploy.weights_fetch" in task["run"]
         assert task["secrets"]["INFERENCE_TOKEN"] not in (settings.INFERENCE_TOKEN, "")
-        assert "exp=" in task["secrets"]["KESTREL_WEIGHTS_URL"]
-        assert "sig=" in task["secrets"]["KESTREL_WEIGHTS_URL"]
+        assert set(task["secrets"]) == {"INFERENCE_TOKEN", "SECRET_KEY"}
+        source = task["envs"]["KESTREL_WEIGHTS_SOURCE"]
+        assert source == f"{settings.TRAINING_EVENTS_URL}/d/{deployment.slug}/weights"
+        assert not any(word in json.dumps(task) for word in ("exp=", "sig=", "/api/signed/"))
         assert all(value not in task["run"] for value in task["secrets"].values())
         assert task["resources"]["accelerators"] == "H100:1" and task["resources"]["ports"]
 
         deployment = _reconcile_until(deployment, DeploymentState.RUNNING)
         assert deployment.url == f"http://{ns.ip}:{remote_endpoint.PORT}"
+        # The replica fetched the weights itself, across the network boundary, whole.
+        home = Path(os.environ["FAKE_SKY_DIR"]) / f"home-{deployment.service_name}-1"
+        [fetched] = home.glob("kestrel-weights/best-*.pt")
+        assert fetched.read_bytes() == Path(yolo_models["detect"]).read_bytes()
+        assert not list(fetched.parent.glob(".*part*"))
         _, raw = api_key_create(access=team.access("owner"), name="far", scopes=["predict"])
         caller = Client(headers={"Authorization": f"Bearer {raw}"})
         response = _call(caller, deployment.slug)
@@ -286,7 +296,7 @@ def test_skypilots_own_parsers_load_the_service(team, gpu_h100):
     task = sky.Task.from_yaml_config(json.loads(before))
     assert task.service.readiness_path == "/health"
     assert task.service.min_replicas == 1
-    assert set(task.secrets) == {"INFERENCE_TOKEN", "KESTREL_WEIGHTS_URL", "SECRET_KEY"}
+    assert set(task.secrets) == {"INFERENCE_TOKEN", "SECRET_KEY"}
     assert {r.ports[0] for r in task.resources} == {str(remote_endpoint.PORT)}
     with pytest.raises(ProviderError, match="SkyPilot refused the service"):
         skyserve.service_check({**config, "service": {"readiness_probe": {"nope": 1}}})
