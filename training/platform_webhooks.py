@@ -30,16 +30,18 @@ from django.views.decorators.http import require_http_methods
 
 from core.errors import ServiceError
 from training.models import JobKind, TrainingJob
-from training.services.external_runs import (
+from training.services.external_runs.client_input import slug
+from training.services.external_runs.events import (
     external_complete,
     external_console,
     external_epoch,
+)
+from training.services.external_runs.runs import (
     external_run_resume,
     external_run_start,
     project_for_run,
     run_cancelled,
     run_live_check,
-    slug,
 )
 from training.services.external_uploads import (
     RunEnded,

@@ -220,7 +220,7 @@ class _EndsTheRunMidway(io.RawIOBase):
 
 
 def test_a_put_under_way_when_the_run_ends_keeps_nothing(client, key, bird_watch):
-    from training.services.external_runs import external_complete
+    from training.services.external_runs.events import external_complete
 
     answer = start(client, key)
     model_id = answer["modelId"]

@@ -26,7 +26,7 @@ from training.models import (
     TrainedModel,
     TrainingJob,
 )
-from training.services.external_runs import slug
+from training.services.external_runs.client_input import slug
 from training.services.jobs import job_stop
 from workspaces.models import Project
 from workspaces.services.keys import api_key_create
