@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from training.models import GpuType, TrainedModel, TrainingJob
+from training.models import GpuType, TrainedModel, TrainingJob, WorkspaceRecipe
 from training.services.cloud_prices import catalog_summary
 
 
@@ -93,6 +93,25 @@ class TrainedModelAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return _read_only_except(TrainedModel, "name")
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(WorkspaceRecipe)
+class WorkspaceRecipeAdmin(admin.ModelAdmin):
+    """A workspace's saved recipes. Editing the arguments here skips the checks a sweep's page
+    and the training form make, so only the name and description change; what a recipe sets is
+    checked again when a job starts with it anyway."""
+
+    list_display = ["name", "workspace", "epochs", "imgsz", "batch", "created_by", "created_at"]
+    list_select_related = ["workspace", "created_by"]
+    search_fields = ["name", "description", "workspace__slug", "workspace__name"]
+    date_hierarchy = "created_at"
+    raw_id_fields = ["workspace", "created_by"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return _read_only_except(WorkspaceRecipe, "name", "description")
 
     def has_add_permission(self, request):
         return False

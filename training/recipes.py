@@ -10,6 +10,9 @@ as an unknown one is."""
 
 from dataclasses import dataclass, field
 
+from django.db.models import QuerySet
+from django.http import Http404
+
 from training.models import WeightsSource, WorkspaceRecipe
 from training.services.arguments import TrainParams
 from training.services.demo_model import DEMO_PARAMS
@@ -168,3 +171,19 @@ def saved_recipe(row: WorkspaceRecipe) -> Recipe:
 def workspace_recipes(*, workspace: Workspace) -> list[Recipe]:
     """The workspace's own recipes, by name (only its own: the scoped lookup)."""
     return [saved_recipe(row) for row in WorkspaceRecipe.objects.for_workspace(workspace)]
+
+
+def workspace_recipe_rows(*, workspace: Workspace) -> QuerySet[WorkspaceRecipe]:
+    """The workspace's recipes as rows, by name, with who saved each (the recipes page)."""
+    return WorkspaceRecipe.objects.for_workspace(workspace).select_related("created_by")
+
+
+def workspace_recipe_get(*, workspace: Workspace, pk: int, lock: bool = False) -> WorkspaceRecipe:
+    """One recipe of the workspace; another workspace's id is as unknown as a missing one."""
+    rows = WorkspaceRecipe.objects.for_workspace(workspace)
+    if lock:
+        rows = rows.select_for_update()
+    recipe = rows.filter(pk=pk).first()
+    if recipe is None:
+        raise Http404("No such recipe in this workspace.")
+    return recipe

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from training import live
-from training.views import compare, estimate, jobs, models, own_machine, projects, start
+from training.views import compare, estimate, jobs, models, own_machine, projects, recipes, start
 
 W = "w/<slug:ws_slug>/"
 JOB = W + "training/jobs/<int:pk>/"
@@ -16,6 +16,9 @@ urlpatterns = [
     ),
     path(W + "projects/<int:pk>/compare/", compare.project_compare, name="project_compare"),
     path(W + "training/", jobs.job_list, name="job_list"),
+    path(W + "training/recipes/", recipes.recipe_list, name="recipe_list"),
+    path(W + "training/recipes/<int:pk>/rename/", recipes.recipe_rename, name="recipe_rename"),
+    path(W + "training/recipes/<int:pk>/delete/", recipes.recipe_delete, name="recipe_delete"),
     path(JOB, jobs.job_detail, name="job_detail"),
     path(JOB + "stop/", jobs.job_stop_view, name="job_stop"),
     path(JOB + "cancel/", jobs.job_cancel_view, name="job_cancel"),
