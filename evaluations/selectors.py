@@ -8,6 +8,9 @@ from evaluations.models import Evaluation, EvaluationState
 from training.views.job_page import metric_groups
 from workspaces.models import Project, Workspace
 
+# Depth's errors (Ultralytics' DepthMetrics): the best model has the lowest.
+LOWER_IS_BETTER = {"metrics/abs_rel", "metrics/rmse", "metrics/silog"}
+
 
 def evaluation_list(*, workspace: Workspace, project: Project | None = None) -> QuerySet:
     rows = Evaluation.objects.for_workspace(workspace).select_related(
@@ -80,7 +83,8 @@ def version_comparison(*, workspace: Workspace, version: DatasetVersion, split: 
             if isinstance(e.metrics.get(column["key"]), int | float)
         ]
         # A column where every model scores the same has no best.
-        best[column["key"]] = max(values) if len(set(values)) > 1 else None
+        pick = min if column["key"] in LOWER_IS_BETTER else max
+        best[column["key"]] = pick(values) if len(set(values)) > 1 else None
     table = []
     for evaluation in evaluations:
         cells = []

@@ -5,16 +5,18 @@ start this module through training.weights_process.worker_run.
 
     python -m evaluations.val_worker <weights.pt> <data> <outdir> <options.json>
 
-options.json: {"task", "class_names" (the model row's, which the weights must have), "imgsz",
-"batch", "name" (what an answer calls the weights)}. The answer's result: the metrics val
-returned, the arguments it ran with, its per-class summary, the confusion matrix, the
-precision-recall curves and the worst images. Django is not imported here.
+options.json: {"task", "class_names" (the model row's, which the weights must have; null for
+depth, which has no classes), "imgsz", "batch", "name" (what an answer calls the weights)}. The
+answer's result: the metrics val returned, the arguments it ran with, its per-class summary, the
+confusion matrix, the precision-recall curves and the worst images (semantic segmentation and
+depth: evaluations.val_pixels). Django is not imported here.
 """
 
 import json
 import sys
 from pathlib import Path
 
+from evaluations import val_pixels
 from training.weights_check import checkpoint_loading_restrict, weights_check
 from training.weights_worker import EXIT_FAILED, EXIT_USAGE, Reporter, _failure, _protocol_stream
 
@@ -51,9 +53,9 @@ class Found:
         self.images: dict[str, dict] = {}
         self.args: dict = {}
 
-    def start(self, validator) -> None:
+    def start(self, validator, keys: tuple[str, ...] = VAL_ARGS) -> None:
         self.images.clear()
-        for key in VAL_ARGS:
+        for key in keys:
             value = getattr(validator.args, key, None)
             if isinstance(value, bool | int | float | str):
                 self.args[key] = value
@@ -246,10 +248,14 @@ def evaluate(weights: Path, data: str, outdir: Path, options: dict, reporter: Re
     if model.task != options["task"]:
         raise ValueError(f"the weights are a {model.task} model, not {options['task']}")
     names = _names(model)
-    if names != list(options["class_names"]):
+    if options.get("class_names") is not None and names != list(options["class_names"]):
         raise ValueError("the weights' classes are not the ones Kestrel has for this model")
     found = Found()
-    validator = _counting_validator(model.task_map[model.task]["validator"], found)
+    base = model.task_map[model.task]["validator"]
+    pixels = model.task in val_pixels.PIXEL_TASKS
+    validator = (
+        val_pixels.pixel_validator(base, found) if pixels else _counting_validator(base, found)
+    )
     reporter.progress(25, "Running val")
     metrics = model.val(
         validator=validator,
@@ -260,14 +266,27 @@ def evaluate(weights: Path, data: str, outdir: Path, options: dict, reporter: Re
         project=str(outdir),
         name="val",
         exist_ok=True,
-        plots=True,
+        # What fills the detection-like confusion matrix (its drawings are skipped); the
+        # per-pixel tasks fill theirs without it.
+        plots=not pixels,
         verbose=False,
     )
     reporter.progress(90, "Collecting the results")
-    return {
+    result = {
         "metrics": {k: _number(v) for k, v in metrics.results_dict.items() if k != "fitness"},
         "val_args": found.args,
         "images": len(found.images),
+    }
+    if pixels:
+        return {
+            **result,
+            "per_class": val_pixels.pixel_per_class(metrics, names, model.task),
+            "confusion": val_pixels.pixel_confusion(metrics, MATRIX_CLASSES),
+            "curves": [],
+            "worst": val_pixels.pixel_worst(found.images, model.task, WORST_IMAGES),
+        }
+    return {
+        **result,
         "per_class": _per_class(metrics, names, model.task),
         "confusion": _confusion(metrics, names),
         "curves": _curves(metrics, names) if model.task != "classify" else [],

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from core.errors import ServiceError
 from core.http import HtmxHttpRequest, page_of
-from datasets.models import DatasetClass, DatasetVersion, Split
+from datasets.models import PIXEL_TASKS, DatasetClass, DatasetVersion, Split, Task
 from evaluations import selectors
 from evaluations.models import Evaluation
 from evaluations.services.submit import (
@@ -20,6 +20,7 @@ from evaluations.services.submit import (
     IMGSZ_MAX,
     IMGSZ_MIN,
     class_guess,
+    class_pairing_needed,
     evaluation_refusal,
     evaluation_submit,
     version_class_names,
@@ -53,20 +54,24 @@ def _setup(model: TrainedModel, version: DatasetVersion | None, data) -> dict:
     refusal = evaluation_refusal(model=model, version=version)
     if refusal:
         return {"refusal": refusal}
+    splits = version_split_images(version)
+    split = data.get("split") or next((s for s in ("val", "test", "train") if s in splits), "")
+    split_choices = [{"value": s, "images": n} for s, n in splits.items()]
+    if not class_pairing_needed(model):
+        return {"pairing": False, "splits": split_choices, "split": split}
     version_names = version_class_names(version)
     guess = class_guess([str(n) for n in model.class_names], version_names)
     rows = []
     for i, (name, guessed) in enumerate(zip(model.class_names, guess, strict=True)):
         picked = data.get(f"class_{i}") if f"class_{i}" in data else (guessed or "")
         rows.append({"index": i, "name": name, "picked": picked, "guessed": guessed})
-    splits = version_split_images(version)
-    split = data.get("split") or next((s for s in ("val", "test", "train") if s in splits), "")
     return {
+        "pairing": True,
         "pairs": rows,
         "all_by_name": all(r["guessed"] == r["name"] for r in rows),
         "unmatched": sum(1 for r in rows if not r["guessed"]),
         "version_names": version_names,
-        "splits": [{"value": s, "images": n} for s, n in splits.items()],
+        "splits": split_choices,
         "split": split,
         "ignore": IGNORE,
     }
@@ -128,12 +133,14 @@ def model_evaluate(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -
 
 
 def _headline(evaluation: Evaluation) -> dict | None:
-    """The task's main figure: top-1 for classify; mAP50-95 otherwise, of masks for segment
-    and keypoints for pose (metric_groups lists box figures first, the task's own last)."""
+    """The task's main figure: top-1 for classify, mIoU for semantic, δ1 for depth (each
+    listed first by metric_groups); mAP50-95 otherwise, of masks for segment and keypoints for
+    pose (metric_groups lists box figures first, the task's own last)."""
     quality = metric_groups(evaluation.metrics)["quality"]
     if not quality:
         return None
-    return quality[0] if evaluation.task == "classify" else quality[-1]
+    first = evaluation.task == Task.CLASSIFY or evaluation.task in PIXEL_TASKS
+    return quality[0] if first else quality[-1]
 
 
 @workspace_view(Perm.READ)
@@ -182,14 +189,25 @@ def _curve_svg(curve: dict) -> dict:
     }
 
 
+# Semantic segmentation's per-class figures (evaluations.val_pixels.pixel_per_class).
+SEMANTIC_CLASS_FIGURES = [
+    {"key": "iou", "label": "IoU", "what": ""},
+    {"key": "pixel_acc", "label": "Pixel accuracy", "what": ""},
+]
+
+
 def _per_class(rows: list, link) -> dict | None:
-    """The per-class figures as a table: images, objects, then val's figures for the class in
-    the order and with the names of the summary (box, then mask or pose)."""
+    """The per-class figures as a table: images, objects (or pixels), then val's figures for
+    the class in the order and with the names of the summary (box, then mask or pose; IoU and
+    pixel accuracy for semantic segmentation)."""
     rows = [r for r in rows if isinstance(r, dict) and isinstance(r.get("values"), dict)]
     if not rows:
         return None
-    counts = [c for c in ("images", "instances") if c in rows[0]]
-    figures = metric_groups(rows[0]["values"])["quality"]
+    counts = [c for c in ("images", "instances", "pixels") if c in rows[0]]
+    if "iou" in rows[0]["values"]:
+        figures = SEMANTIC_CLASS_FIGURES
+    else:
+        figures = metric_groups(rows[0]["values"])["quality"]
     columns = [c.capitalize() for c in counts] + [
         f"{m['label']} ({m['what']})" if m["what"] else m["label"] for m in figures
     ]
@@ -211,7 +229,8 @@ def _confusion_shown(evaluation: Evaluation) -> tuple[dict, int]:
     matrix = evaluation.confusion.get("matrix") or []
     if not names or len(matrix) != len(names):
         return evaluation.confusion, 0
-    background = len(names) - 1 if evaluation.task != "classify" else None
+    # Detection-like matrices end with "background"; classify's and semantic's have none.
+    background = len(names) - 1 if evaluation.task not in (Task.CLASSIFY, Task.SEMANTIC) else None
     kept = [
         i
         for i in range(len(names))
@@ -265,6 +284,7 @@ def _detail_context(access: WorkspaceAccess, evaluation: Evaluation) -> dict:
         "confusion": confusion_shaded(confusion, link),
         "confusion_hidden": confusion_hidden,
         "curves": [_curve_svg(c) for c in evaluation.curves],
+        "pixel_task": evaluation.task in PIXEL_TASKS,
         "worst": worst,
         "worst_gallery": gallery + only_worst
         if any(row.get("image_id") for row in evaluation.worst_images)

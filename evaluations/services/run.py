@@ -98,7 +98,10 @@ def _evaluate(evaluation: Evaluation, lease: Lease) -> None:
             json.dumps(
                 {
                     "task": evaluation.task,
-                    "class_names": [pair["model"] for pair in evaluation.class_map],
+                    # Depth pairs no class (its class_map is empty): its names go unchecked.
+                    "class_names": [pair["model"] for pair in evaluation.class_map]
+                    if evaluation.class_map
+                    else None,
                     "imgsz": evaluation.imgsz,
                     "batch": VAL_BATCH,
                     "name": model.name,

@@ -43,21 +43,23 @@ def evaluation_refusal(*, model: TrainedModel, version: DatasetVersion) -> str:
         return f"{model.name} failed its inspection, so Kestrel does not load it."
     if not model.weights_key:
         return f"{model.name} has no stored weights to evaluate."
-    if model.task in PIXEL_TASKS:
-        return (
-            f"Evaluating {Task(model.task).label.lower()} models is not offered yet: their "
-            "validation (masks or depth maps per pixel) has no per-image matching to rank images "
-            "by."
-        )
     if model.task != dataset.task:
         return (
             f"{model.name} is a {Task(model.task).label.lower()} model and {dataset.name} is a "
             f"{Task(dataset.task).label.lower()} dataset: pick a version of a "
             f"{Task(model.task).label.lower()} dataset."
         )
+    if model.task == Task.DEPTH:
+        return ""  # a depth map has no classes to pair
     if not model.class_names:
         return f"Kestrel does not know the classes of {model.name}, so it cannot pair them."
     return ""
+
+
+def class_pairing_needed(model: TrainedModel) -> bool:
+    """Whether the model's classes are paired with the version's: all tasks but depth, whose
+    maps hold metres, not classes."""
+    return model.task != Task.DEPTH
 
 
 def class_guess(model_names: list[str], version_names: list[str]) -> list[str | None]:
@@ -157,15 +159,23 @@ def evaluation_submit(
         raise ServiceError(f"“{split[:20]}” is not a split; pick train, val or test.")
     if not splits.get(split):
         raise ServiceError(f"{label} has no images in its {split} split.")
-    version_names = version_class_names(version)
-    pairs = class_map_resolve(
-        model_names=[str(n) for n in model.class_names],
-        version_names=version_names,
-        chosen=class_map,
-        version_label=label,
-    )
-    per_class = (version.summary or {}).get("labels_per_class")
-    if isinstance(per_class, dict) and not any(
+    if class_pairing_needed(model):
+        pairs = class_map_resolve(
+            model_names=[str(n) for n in model.class_names],
+            version_names=version_class_names(version),
+            chosen=class_map,
+            version_label=label,
+        )
+    else:
+        pairs = []
+    summary = version.summary or {}
+    per_class = summary.get("labels_per_class")
+    if model.task in PIXEL_TASKS:
+        # Their truth is one map per image (a PNG mask or depth map), not labels per class.
+        if not summary.get("masks"):
+            what = "depth map" if model.task == Task.DEPTH else "semantic mask"
+            raise ServiceError(f"{label} has no {what} to compare the model's with.")
+    elif isinstance(per_class, dict) and not any(
         per_class.get(p["version"]) for p in pairs if p["version"]
     ):
         raise ServiceError(f"No class of {label} paired with the model has a label to compare.")

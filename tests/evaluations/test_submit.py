@@ -49,12 +49,8 @@ def test_a_version_of_another_task_is_refused_with_the_reason(team, model):
     assert not Evaluation.objects.exists()
 
 
-def test_semantic_models_and_uninspected_uploads_are_refused(team):
+def test_uninspected_uploads_are_refused(team):
     access = team.access("editor")
-    semantic = trained_model_row(workspace=team.workspace, class_names=["road"], task="semantic")
-    version = version_with(access=access, classes=["road"], task="semantic", name="Roads")
-    with pytest.raises(ServiceError, match="not offered yet"):
-        evaluation_submit(access=access, model=semantic, version=version)
     pending = trained_model_row(workspace=team.workspace, class_names=["person", "car"])
     pending.inspect_state = InspectState.PENDING
     pending.save(update_fields=["inspect_state"])
