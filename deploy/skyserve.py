@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from training.providers import sky_sdk
 from training.providers.base import ProviderError
-from training.providers.sky_sdk import _ANSI, _call, _text
+from training.providers.sky_sdk import ANSI, error_text, sky_request
 
 __all__ = ["Replica", "Service", "installed", "service_check", "up", "status", "down", "log_tail"]
 
@@ -95,9 +95,10 @@ def _name(value) -> str:
 
 def _task(task_config: dict):
     try:
-        task = sky_sdk._sky().Task.from_yaml_config(copy.deepcopy(task_config))  # it empties it
+        # A copy: from_yaml_config empties the dict it is given.
+        task = sky_sdk.sky_module().Task.from_yaml_config(copy.deepcopy(task_config))
     except Exception as exc:
-        raise ProviderError(f"SkyPilot refused the service: {_text(exc)}") from exc
+        raise ProviderError(f"SkyPilot refused the service: {error_text(exc)}") from exc
     if getattr(task, "service", None) is None:
         raise ProviderError("SkyPilot refused the service: it has no service section.")
     return task
@@ -110,9 +111,9 @@ def service_check(task_config: dict) -> None:
 
 def up(task_config: dict, name: str) -> str:
     """Start the service `name`; the load balancer's address SkyPilot answers (may be empty)."""
-    sky = sky_sdk._sky()
+    sky = sky_sdk.sky_module()
     task = _task(task_config)
-    answer = _call(
+    answer = sky_request(
         f"start the service {name}", lambda: sky.serve.up(task, service_name=name), UP_SECONDS
     )
     if isinstance(answer, tuple | list) and len(answer) == 2:
@@ -125,14 +126,16 @@ def status(names: list[str] | None) -> dict[str, Service]:
     of every service (None)."""
     if names is not None and not names:
         return {}
-    sky = sky_sdk._sky()
+    sky = sky_sdk.sky_module()
     # Newer SDKs ask whether a cached load-balancer address will do: it will not, a web
     # process routes to what this returns.
     options = {}
     if "use_endpoint_cache" in inspect.signature(sky.serve.status).parameters:
         options["use_endpoint_cache"] = False
     asked = None if names is None else list(names)
-    records = _call("list its services", lambda: sky.serve.status(asked, **options), QUERY_SECONDS)
+    records = sky_request(
+        "list its services", lambda: sky.serve.status(asked, **options), QUERY_SECONDS
+    )
     found = {}
     for record in records or []:
         replicas = tuple(
@@ -158,8 +161,8 @@ def down(names: list[str]) -> None:
     torn down too, not left to leak."""
     if not names:
         return
-    sky = sky_sdk._sky()
-    _call(
+    sky = sky_sdk.sky_module()
+    sky_request(
         f"tear down {', '.join(names)}",
         lambda: sky.serve.down(list(names), purge=True),
         DOWN_SECONDS,
@@ -168,7 +171,7 @@ def down(names: list[str]) -> None:
 
 def log_tail(name: str, replica_id: int | None = None, lines: int = 40) -> str:
     """The last lines of a replica's log (or of SkyServe's controller for the service)."""
-    sky = sky_sdk._sky()
+    sky = sky_sdk.sky_module()
     out = io.StringIO()
     target = "replica" if replica_id is not None else "controller"
     outcome: dict = {}
@@ -185,6 +188,6 @@ def log_tail(name: str, replica_id: int | None = None, lines: int = 40) -> str:
     reader.start()
     reader.join(LOG_SECONDS)
     if "error" in outcome:
-        return f"(SkyPilot gave no log: {_text(outcome['error'])})"
-    text = _ANSI.sub("", out.getvalue())
+        return f"(SkyPilot gave no log: {error_text(outcome['error'])})"
+    text = ANSI.sub("", out.getvalue())
     return "\n".join(text.splitlines()[-lines:])

@@ -53,7 +53,7 @@ def fake_sky(monkeypatch, tmp_path):
     spec = importlib.util.spec_from_file_location("kestrel_fake_sky", FAKE_SKY)
     sky = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sky)
-    monkeypatch.setattr(sky_sdk, "_sky", lambda: sky)
+    monkeypatch.setattr(sky_sdk, "sky_module", lambda: sky)
     monkeypatch.setattr(sky_sdk, "installed", lambda: True)
     monkeypatch.syspath_prepend(str(FAKE_SKY.parents[1]))  # found where SkyPilot is looked for
     yield sky

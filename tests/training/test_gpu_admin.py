@@ -2,7 +2,7 @@
 saved, never credentials), its price as the operator's cost plus a markup, and SkyPilot's
 catalog price beside it, read in the background so the page never waits on SkyPilot.
 
-SkyPilot is answered at sky_sdk's edge (its `_sky`): no API server or cloud is reachable here.
+SkyPilot is answered at sky_sdk's edge (its `sky_module`): no API server or cloud is reachable here.
 """
 
 import time
@@ -63,7 +63,7 @@ class CatalogSky:
 @pytest.fixture
 def catalog_sky(monkeypatch):
     sky = CatalogSky(H100_OFFERS)
-    monkeypatch.setattr(sky_sdk, "_sky", lambda: sky)
+    monkeypatch.setattr(sky_sdk, "sky_module", lambda: sky)
     monkeypatch.setattr(sky_sdk, "installed", lambda: True)
     return sky
 

@@ -3,7 +3,7 @@ Kestrel's phases, SkyPilot's errors as ProviderErrors, the deadline on `sky.get`
 reconciliation that leaves no cloud machine without its job.
 
 No cloud and no SkyPilot API server is reachable here: SkyPilot is answered at the edge of
-training.providers.sky_sdk (its `_sky()` for the adapter's own tests, its functions for the
+training.providers.sky_sdk (its `sky_module()` for the adapter's own tests, its functions for the
 provider's). Where `sky` is importable (pip install -e '.[cloud]'), the task is also parsed
 by SkyPilot's own parser and a call is sent to the missing API server for real.
 """
@@ -436,7 +436,7 @@ class FakeSky:
 @pytest.fixture
 def fake_sky(monkeypatch):
     sky = FakeSky()
-    monkeypatch.setattr(sky_sdk, "_sky", lambda: sky)
+    monkeypatch.setattr(sky_sdk, "sky_module", lambda: sky)
     return sky
 
 

@@ -24,7 +24,7 @@ CANCEL_SECONDS = 120.0
 CATALOG_SECONDS = 30.0  # a first read downloads the catalogs
 # What queue_v2 sends back: failure_reason only comes when asked for.
 _FIELDS = ["job_id", "task_id", "job_name", "status", "failure_reason", "submitted_at"]
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass(frozen=True)
@@ -44,28 +44,28 @@ def installed() -> bool:
     return importlib.util.find_spec("sky") is not None
 
 
-def _sky():
+def sky_module():
     import sky  # the only import of SkyPilot in Kestrel
 
     return sky
 
 
-def _text(exc: BaseException) -> str:
-    return _ANSI.sub("", str(exc)).strip() or type(exc).__name__
+def error_text(exc: BaseException) -> str:
+    return ANSI.sub("", str(exc)).strip() or type(exc).__name__
 
 
-def _call(what: str, send: Callable[[], Any], seconds: float) -> Any:
+def sky_request(what: str, send: Callable[[], Any], seconds: float) -> Any:
     """Send a request (`send` returns its request id) and resolve it with `sky.get` within
     `seconds`; any SkyPilot error becomes a ProviderError carrying its text."""
     try:
         request_id = send()
     except Exception as exc:  # SkyPilot raises many kinds: its text is what the job shows
-        raise ProviderError(f"SkyPilot could not {what}: {_text(exc)}") from exc
+        raise ProviderError(f"SkyPilot could not {what}: {error_text(exc)}") from exc
     outcome: dict[str, Any] = {}
 
     def resolve() -> None:
         try:
-            outcome["value"] = _sky().get(request_id)
+            outcome["value"] = sky_module().get(request_id)
         except BaseException as exc:  # noqa: B036 - handed to the waiting thread
             outcome["error"] = exc
 
@@ -81,26 +81,26 @@ def _call(what: str, send: Callable[[], Any], seconds: float) -> Any:
         )
     if "error" in outcome:
         exc = outcome["error"]
-        raise ProviderError(f"SkyPilot could not {what}: {_text(exc)}") from exc
+        raise ProviderError(f"SkyPilot could not {what}: {error_text(exc)}") from exc
     return outcome.get("value")
 
 
 def task_check(task_config: dict) -> None:
     """Parse the task with SkyPilot's own parser (offline: its schema and field checks)."""
     try:
-        _sky().Task.from_yaml_config(copy.deepcopy(task_config))  # it empties what it gets
+        sky_module().Task.from_yaml_config(copy.deepcopy(task_config))  # it empties what it gets
     except Exception as exc:
-        raise ProviderError(f"SkyPilot refused the task: {_text(exc)}") from exc
+        raise ProviderError(f"SkyPilot refused the task: {error_text(exc)}") from exc
 
 
 def launch(task_config: dict, name: str) -> int:
     """Launch the task as a managed job (preempted spot machines are recovered); its id."""
-    sky = _sky()
+    sky = sky_module()
     try:
         task = sky.Task.from_yaml_config(copy.deepcopy(task_config))
     except Exception as exc:
-        raise ProviderError(f"SkyPilot refused the task: {_text(exc)}") from exc
-    job_ids, _controller = _call(
+        raise ProviderError(f"SkyPilot refused the task: {error_text(exc)}") from exc
+    job_ids, _controller = sky_request(
         "launch the job", lambda: sky.jobs.launch(task, name=name), LAUNCH_SECONDS
     ) or (None, None)
     if isinstance(job_ids, int):  # the API server answers an int or a list (0.14.1's core.py)
@@ -113,11 +113,11 @@ def launch(task_config: dict, name: str) -> int:
 def jobs(*, job_ids: Iterable[int] | None = None, skip_finished: bool = False) -> list[ManagedJob]:
     """Managed jobs of every user of the API server (Kestrel's workers may launch as
     different SkyPilot users), all of them or those with these ids."""
-    sky = _sky()
+    sky = sky_module()
     ids = None if job_ids is None else sorted({int(i) for i in job_ids})
     if ids == []:
         return []
-    records, *_ = _call(
+    records, *_ = sky_request(
         "list its managed jobs",
         lambda: sky.jobs.queue_v2(
             refresh=False,
@@ -138,7 +138,7 @@ def jobs(*, job_ids: Iterable[int] | None = None, skip_finished: bool = False) -
                 job_id=int(record.job_id),
                 name=record.job_name or "",
                 status=status.value,
-                failure_reason=_ANSI.sub("", record.failure_reason or "").strip(),
+                failure_reason=ANSI.sub("", record.failure_reason or "").strip(),
                 submitted_at=record.submitted_at,
                 terminal=status.is_terminal(),
                 failed=status.is_failed(),
@@ -157,8 +157,8 @@ def cancel(job_ids: Iterable[int]) -> None:
     ids = sorted({int(i) for i in job_ids})
     if not ids:
         return
-    sky = _sky()
-    _call(
+    sky = sky_module()
+    sky_request(
         f"cancel job {', '.join(map(str, ids))}",
         lambda: sky.jobs.cancel(job_ids=ids),
         CANCEL_SECONDS,
@@ -187,8 +187,8 @@ def _price(value) -> float | None:
 def offers(accelerator: str, count: int, clouds: list[str] | None = None) -> list[Offer]:
     """Every region's machine with `count` of `accelerator` in SkyPilot's catalogs (which its
     API server downloads and keeps in ~/.sky/catalogs), on `clouds` or any of them."""
-    sky = _sky()
-    found = _call(
+    sky = sky_module()
+    found = sky_request(
         "read its GPU price catalog",
         lambda: sky.client.sdk.list_accelerators(
             gpus_only=True,
