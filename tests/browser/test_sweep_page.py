@@ -1,6 +1,6 @@
 """A sweep's page in the browser (issue 27): its trials draw the parallel-coordinates chart and
-a scatter per searched argument; "Save as recipe" keeps the best trial's arguments (the
-training form's side: tests/sweeps/test_recipe.py)."""
+a scatter per searched argument; "Save as recipe" keeps the best trial's arguments (the training
+form's side: tests/sweeps/test_recipe.py), and the recipes page renames and deletes it."""
 
 import pytest
 
@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_the_sweep_page_draws_its_trials_and_saves_the_best_as_a_recipe(
     new_page,
     browser_problems,
+    screenshot,
     live_server,
     settings,
     team,
@@ -59,3 +60,18 @@ def test_the_sweep_page_draws_its_trials_and_saves_the_best_as_a_recipe(
     recipe = WorkspaceRecipe.objects.get(workspace=team.workspace)
     assert (recipe.name, recipe.imgsz) == ("Night best", first.params["imgsz"])
     assert not browser_problems.console_errors and not browser_problems.page_errors
+
+    # The recipes page, from the Training page: rename it, then delete it.
+    page.goto("/w/acme/training/")
+    click_and_load(page, page.locator('[data-testid="recipes-link"]'))
+    row = page.locator(f'[data-testid="recipe-{recipe.pk}"]')
+    arguments = row.locator('[data-testid="recipe-args"]').inner_text()
+    assert f"lr0 {recipe.extra_args['lr0']}" in arguments
+    row.locator("input[name=name]").fill("Night best, 64 px")
+    click_and_load(page, row.locator("button[type=submit]"))
+    assert "Renamed the recipe “Night best” to “Night best, 64 px”." in page.inner_text("main")
+    screenshot(page, "recipes")
+    click_and_load(page, row.locator('[data-testid="recipe-delete"]'))
+    click_and_load(page, page.locator('[data-testid="confirm-delete"]'))
+    assert "Deleted the recipe “Night best, 64 px”" in page.inner_text("main")
+    assert not WorkspaceRecipe.objects.filter(workspace=team.workspace).exists()
