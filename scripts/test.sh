@@ -20,10 +20,14 @@ fi
 # In parallel (pytest-xdist), a test file per worker at a time: a file's session fixtures (a
 # model server, trained checkpoints) are made once. Three workers on two cores: a good part of
 # the suite waits on processes it started (servers, trainers, faults), and a third worker fills
-# that. TEST_WORKERS=0 runs it in one process.
+# that. TEST_WORKERS=0 runs it in one process. Files go out in the order tests/conftest.py
+# sorts them, the longest first (SLOW_FIRST): xdist's own reorder (by number of tests, on by
+# default) sent the one-test files, the journey and the restricted loader's, out last, where they
+# ran alone for minutes at the end of each run.
 suite() {
   echo "=== The suite on $1 ==="
-  .venv/bin/pytest -n "${TEST_WORKERS:-3}" --dist loadfile --durations=15 "${@:2}"
+  .venv/bin/pytest -n "${TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder --durations=15 \
+    "${@:2}"
 }
 
 # What a run makes once for all its workers (tests/run_cache.py: trained checkpoints) serves

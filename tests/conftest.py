@@ -16,15 +16,20 @@ from tests.workspaces.factories import MembershipFactory, UserFactory, Workspace
 from workspaces.models import Role, User, Workspace
 from workspaces.selectors import workspace_access_for_user
 
-# Files that take minutes (real training, whole stacks started and killed) run first: under
-# pytest-xdist's --dist loadfile a worker takes a file at a time in this order, so the long
-# ones overlap the many short ones instead of ending the run alone. The newcomer's journey, the
-# longest single test, goes first of all.
+# Files that take minutes (real training, whole stacks started and killed) run first, the
+# longest first: under pytest-xdist's --dist loadfile --no-loadscope-reorder (scripts/test.sh) a
+# worker takes a file at a time in this order, so the long ones overlap the many short ones
+# instead of ending the run alone. The newcomer's journey, the longest single test, goes first.
 SLOW_FIRST = (
     "tests/browser/test_journey.py",
+    "tests/training/test_checkpoint_loading.py",
     "tests/reliability/",
-    "tests/training/test_demo_model.py",
     "tests/training/test_engine.py",
+    "tests/training/test_skypilot.py",
+    "tests/sweeps/test_sweep_run.py",
+    "tests/training/test_demo_model.py",
+    "tests/training/test_platform_client.py",
+    "tests/billing/test_ledger_machine.py",
     "tests/browser/",
 )
 # A test is `slow` (seconds to minutes: `-m "not slow"` leaves it out of a quick run) when it
