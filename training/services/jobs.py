@@ -41,6 +41,7 @@ from training.services.arguments import (
 from training.services.catalog import gpu_pick
 from training.services.jobs_resume import job_resume_refusal
 from training.services.models import model_make_current
+from training.signals import job_ended
 from training.streams import control_key, state_rev_key, training_redis
 from workspaces.models import Project
 from workspaces.permissions import Perm
@@ -114,6 +115,7 @@ def job_transition(job: TrainingJob, to: str, **fields) -> None:
         _model_release(job)
     if job.is_final or to == JobState.STOPPED:
         settle(job)  # whatever it still holds goes back to available credits
+        transaction.on_commit(lambda: job_ended.send(sender=TrainingJob, job=job), robust=True)
     job_state_bump(job.pk)
     if job.is_final and job.notify_email:
         transaction.on_commit(lambda: job_notify_end(job.pk))
