@@ -273,7 +273,9 @@ def _detail_context(access: WorkspaceAccess, evaluation: Evaluation) -> dict:
             }
         )
     targets = {row.get("version") for row in evaluation.class_map}
-    left_out = [n for n in version_class_names(evaluation.dataset_version) if n not in targets]
+    left_out = []
+    if evaluation.class_map:  # none for depth: its maps hold metres, not classes
+        left_out = [n for n in version_class_names(evaluation.dataset_version) if n not in targets]
     confusion, confusion_hidden = _confusion_shown(evaluation)
     return {
         "access": access,

@@ -219,7 +219,13 @@ def test_a_depth_evaluation_matches_val_by_hand_and_ranks_images_by_their_own_er
         assert f'data-key="metrics/{key}"' in page, key
     assert 'data-testid="evaluation-shown"' in page
     assert page.count('data-testid="worst-abs-rel"') == 3
-    for part in ("evaluation-per-class", "evaluation-confusion", "evaluation-curves"):
+    # No classes either: a depth version's one class ("depth") is not "left out".
+    for part in (
+        "evaluation-per-class",
+        "evaluation-confusion",
+        "evaluation-curves",
+        "evaluation-classes",
+    ):
         assert f'data-testid="{part}"' not in page, part
     # The list heads it with δ1, the depth figure Ultralytics ranks models by.
     listing = _client(team.viewer).get("/w/acme/evaluations/").content.decode()
