@@ -2,18 +2,14 @@
 still refused by its very next call, in every web process, because revoking moves a counter in
 the shared Redis that each call reads (workspaces.revocations)."""
 
-import io
 import time
-import urllib.error
-import urllib.request
-import uuid
 
 import pytest
 from django.utils import timezone
-from PIL import Image as PILImage
 
 from deploy.api import KEY_KEPT_SECONDS
 from deploy.ratelimit import _redis
+from tests.deploy.test_rate_limit_processes import _predict as predict_call
 from tests.servers import app_server
 from tests.training.factories import trained_model_row
 from workspaces.models import ApiKey
@@ -22,35 +18,8 @@ from workspaces.services.keys import api_key_create, api_key_revoke
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _jpeg() -> bytes:
-    out = io.BytesIO()
-    PILImage.new("RGB", (32, 32), (10, 200, 30)).save(out, format="JPEG")
-    return out.getvalue()
-
-
 def _predict(base: str, model_id: int, raw_key: str) -> int:
-    boundary = uuid.uuid4().hex
-    body = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.jpg"\r\n'
-            "Content-Type: image/jpeg\r\n\r\n"
-        ).encode()
-        + _jpeg()
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    request = urllib.request.Request(
-        f"{base}/api/v1/models/{model_id}/predict",
-        data=body,
-        headers={
-            "Authorization": f"Bearer {raw_key}",
-            "Content-Type": f"multipart/form-data; boundary={boundary}",
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
+    return predict_call(base, model_id, raw_key)[0]
 
 
 def test_a_revoked_key_is_refused_by_its_next_call_in_every_web_process(team):
