@@ -183,7 +183,7 @@ def deployment_predict(request: HttpRequest, slug: str):
         model=model,
         server_url=server_url,
         server_secret=server_secret,
-        server_name=f"deployment-{deployment.slug}",
+        server_name=deployment.server_name,
         deployment_id=deployment.pk,
         collect_rule_id=deployment.collect_rule_id,
         started=started,

@@ -83,6 +83,11 @@ class Deployment(models.Model):
     def __str__(self) -> str:
         return f"{self.slug} ({self.state})"
 
+    @property
+    def server_name(self) -> str:
+        """The name its model server goes by, and that the tokens for it name."""
+        return f"deployment-{self.slug}"
+
 
 class ExportState(models.TextChoices):
     QUEUED = "queued", "Queued"

@@ -65,11 +65,6 @@ def endpoint_secret(deployment: Deployment) -> str:
     ).hexdigest()
 
 
-def server_name(deployment: Deployment) -> str:
-    """The name the endpoint's model server and its tokens go by."""
-    return f"deployment-{deployment.slug}"
-
-
 def weights_source(deployment: Deployment) -> str:
     """Where a replica fetches its weights (with a token of its own, never in the URL): the
     address rented machines reach Kestrel at (TRAINING_EVENTS_URL, as the remote trainer's)."""
@@ -99,7 +94,7 @@ def endpoint_for_weights(*, slug: str, token: str) -> Deployment | None:
     refusal = inference_token_refusal(
         token,
         secret=endpoint_secret(deployment),
-        server=server_name(deployment),
+        server=deployment.server_name,
         action=WEIGHTS_ACTION,
         longest=WEIGHTS_TOKEN_LONGEST,
     )
@@ -156,7 +151,7 @@ def service_task(deployment: Deployment) -> dict:
     server = [
         # Every interface of the replica: SkyServe's load balancer reaches it from outside.
         "python3", "-m", "deploy.inference", "--host", "0.0.0.0", "--port", str(PORT),  # noqa: S104
-        "--name", server_name(deployment), "--model-key", key,
+        "--name", deployment.server_name, "--model-key", key,
         "--model-task", model.task, "--model-name", model.name,
     ]  # fmt: skip
     return {
@@ -184,7 +179,7 @@ def service_task(deployment: Deployment) -> dict:
             "DJANGO_SETTINGS_MODULE": "config.settings",
             # Not secrets: the replica's own token for its weights is the key (weights_fetch).
             "KESTREL_WEIGHTS_SOURCE": weights_source(deployment),
-            "KESTREL_ENDPOINT": server_name(deployment),
+            "KESTREL_ENDPOINT": deployment.server_name,
         },
         "secrets": {
             "INFERENCE_TOKEN": endpoint_secret(deployment),

@@ -75,7 +75,7 @@ def health(deployment: Deployment) -> dict | None:
         answer = httpx.get(f"{_url(deployment)}/health", timeout=HEALTH_TIMEOUT).json()
     except (httpx.HTTPError, ValueError):
         return None
-    return answer if answer.get("name") == f"deployment-{deployment.slug}" else None
+    return answer if answer.get("name") == deployment.server_name else None
 
 
 def stats(deployment: Deployment) -> dict | None:
@@ -89,7 +89,7 @@ def stats(deployment: Deployment) -> dict | None:
                 "Authorization": "Bearer "
                 + inference_token(
                     secret=secret,
-                    server=f"deployment-{deployment.slug}",
+                    server=deployment.server_name,
                     action="stats",
                 )
             },
@@ -140,7 +140,7 @@ def _is_endpoint(pid: int, deployment: Deployment) -> bool:
         arguments = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return f"deployment-{deployment.slug}".encode() in arguments
+    return deployment.server_name.encode() in arguments
 
 
 def _stop(deployment: Deployment, pid: int | None = None) -> None:

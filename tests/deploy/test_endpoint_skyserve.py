@@ -180,7 +180,7 @@ def test_an_endpoint_on_a_rented_gpu_serves_heals_meters_and_stops(
                 "Authorization": "Bearer "
                 + inference_token(
                     secret=settings.INFERENCE_TOKEN,
-                    server=f"deployment-{deployment.slug}",
+                    server=deployment.server_name,
                     action="stats",
                 )
             },

@@ -49,7 +49,7 @@ def _endpoint(team, gpu, slug: str, **fields) -> Deployment:
 def _token(deployment: Deployment, **kwargs) -> str:
     return weights_fetch.weights_token(
         secret=remote_endpoint.endpoint_secret(deployment),
-        endpoint=remote_endpoint.server_name(deployment),
+        endpoint=deployment.server_name,
         **kwargs,
     )
 
@@ -81,7 +81,7 @@ def test_every_wrong_token_or_endpoint_is_answered_as_an_unknown_endpoint(
     assert unknown.status_code == 404
     other = _endpoint(team, gpu_h100, "other-def456")
     secret = remote_endpoint.endpoint_secret(endpoint)
-    name = remote_endpoint.server_name(endpoint)
+    name = endpoint.server_name
     payload, mac = _token(endpoint).split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     claims["exp"] += 3600
