@@ -84,6 +84,7 @@ def pretrained_fetch(
         why = f"it took longer than {FETCH_TIMEOUT_SECONDS // 60} minutes"
     else:
         why = _last_reason(log) or f"the download ended with exit status {code}"
+    why = why.rstrip(".")  # Ultralytics' own ends with one ("... may be offline."): not two
     raise WeightsDownloadFailed(
         f"Could not download the pretrained weights {weights.name}: {why}. Put {weights.name} "
         f"in {weights.folder} (or turn TRAINING_ALLOW_DOWNLOADS off to say so on the form), "

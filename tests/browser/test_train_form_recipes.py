@@ -30,6 +30,14 @@ def test_a_recipe_fills_the_fields_and_follows_the_weights_until_one_is_picked(
     def fields():
         return [page.input_value(f"input[name={n}]") for n in ("epochs", "imgsz", "batch")]
 
+    # Each recipe is a row of its own, its arguments under its name (not one run-on paragraph
+    # where a recipe's radio follows the previous one's arguments on the same line).
+    boxes = [label.bounding_box() for label in page.locator("label.recipe").all()]
+    assert len(boxes) >= 4, boxes
+    for above, below in zip(boxes, boxes[1:], strict=False):
+        assert below["y"] >= above["y"] + above["height"] - 1, (above, below)
+        assert abs(below["x"] - above["x"]) < 1, (above, below)
+
     # Weights here: fine-tuning them. From scratch on 4 images: the demo model's recipe.
     assert page.is_checked("input[name=recipe][value=fine-tune]") and fields() == [
         "50",

@@ -293,6 +293,7 @@ def test_an_offline_download_fails_the_job_at_preparation_without_resume(
         f"Put yolo11n.pt in {weights_dir}/ (or turn TRAINING_ALLOW_DOWNLOADS off to say so on "
         "the form), or train from scratch."
     )
+    assert ".." not in job.error, job.error  # Ultralytics' reason ends with its own full stop
     attempt = job.attempt_rows.get()
     assert attempt.end_reason == AttemptEnd.FAILED and attempt.pid is None  # no trainer ran
     assert not (weights_dir / "yolo11n.pt").exists()
