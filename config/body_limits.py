@@ -13,7 +13,9 @@ A new route that takes more than a form adds its line to ROUTES; the README's "R
 table lists them.
 """
 
+import hashlib
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -154,6 +156,17 @@ def _predict(credentials: _Credentials, path: dict) -> Grant | None:
     return _signed_in_or_keyed(credentials, limit, "An image to predict on")
 
 
+# A predict grant is kept by this process for GRANT_KEPT_SECONDS, by the credentials it was
+# earned with: nearly every photo is over the anonymous limit, and without this each call of a
+# busy key looked its caller up twice (here on a thread, then in the view's one lookup), about
+# 2 ms a call (bench/predict.py --image). The grant decides only how large a body is read; the
+# view's lookup still checks the caller on every call, so a key revoked within that second
+# sends at most its next image, which is refused.
+GRANT_KEPT_SECONDS = 1.0
+GRANT_KEPT_MAX = 4096
+PREDICT_ROUTES = re.compile(r"^/(api/v1/models/\d+|d/[^/]+)/predict$")
+
+
 def _platform_event(credentials: _Credentials, path: dict) -> Grant | None:
     if credentials.api_key is None:
         return None
@@ -238,8 +251,20 @@ ROUTES = [
 STRIPE_WEBHOOK = "/billing/stripe/webhook"
 
 
+def _fingerprint(scope: dict) -> str:
+    """The credentials a request presents (its Authorization and Cookie headers), hashed: what
+    a kept grant is found by; "" when it presents none."""
+    presented = sorted(
+        (name, value) for name, value in scope["headers"] if name in (b"authorization", b"cookie")
+    )
+    return hashlib.sha256(repr(presented).encode()).hexdigest() if presented else ""
+
+
 class BodyLimits:
     """The RouteLimits of Kestrel's routes (core.request_guard)."""
+
+    def __init__(self):
+        self._kept: dict[str, tuple[float, Grant]] = {}  # by the credentials' fingerprint
 
     def anonymous(self, scope: dict) -> Grant:
         if scope["path"] == STRIPE_WEBHOOK:
@@ -255,7 +280,26 @@ class BodyLimits:
                 break
         else:
             grant = None if path == STRIPE_WEBHOOK else _form(credentials, {})
+        if grant is not None and PREDICT_ROUTES.match(path):
+            self._keep(scope, grant)
         return grant or self.anonymous(scope)
+
+    def kept(self, scope: dict) -> Grant | None:
+        if not PREDICT_ROUTES.match(scope["path"]):
+            return None
+        fingerprint = _fingerprint(scope)
+        kept = self._kept.get(fingerprint) if fingerprint else None
+        if kept is None or time.monotonic() >= kept[0]:
+            return None
+        return kept[1]
+
+    def _keep(self, scope: dict, grant: Grant) -> None:
+        fingerprint = _fingerprint(scope)
+        if not fingerprint:
+            return
+        if len(self._kept) >= GRANT_KEPT_MAX:
+            self._kept.clear()
+        self._kept[fingerprint] = (time.monotonic() + GRANT_KEPT_SECONDS, grant)
 
     def refusal(self, scope: dict, status: int, message: str) -> tuple[str, bytes]:
         path = scope["path"]

@@ -72,6 +72,10 @@ class RouteLimits(Protocol):
         """The grant the request's credentials earn on its route (the anonymous one when they
         earn nothing), or Refused. Runs on a thread, and may query the database."""
 
+    def kept(self, scope: dict) -> Grant | None:
+        """The grant these very credentials earned on this route a moment ago in this process,
+        if it may be given again without looking (no I/O, on the event loop); else None."""
+
     def refusal(self, scope: dict, status: int, message: str) -> tuple[str, bytes]:
         """The content type and body of a refusal on this route."""
 
@@ -145,6 +149,9 @@ class RequestGuard:
             self.uploads.give(request.uploads)
 
     async def granted(self, scope: dict) -> Grant:
+        kept = self.limits.kept(scope)
+        if kept is not None:
+            return kept  # a busy caller's next image: no thread, no query (BodyLimits.kept)
         return await sync_to_async(self._granted, thread_sensitive=False)(scope)
 
     def _granted(self, scope: dict) -> Grant:
