@@ -19,7 +19,8 @@ ratio at --concurrency (goal ≥ 2x).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/kestrel_bench \\
         .venv/bin/python bench/predict.py [--requests 60] [--imgsz 640] [--clients 8,32]
-        [--throughput-images 96] [--weights model.pt] [--device cpu|cuda:0] [--throughput-only]
+        [--throughput-images 96] [--weights model.pt] [--image photo.jpg] [--device cpu|cuda:0]
+        [--throughput-only]
 
 Without a reachable database the rows through the web are skipped, saying why. The model is
 yolo11n built from its YAML (nothing is downloaded) unless --weights names one.
@@ -57,7 +58,9 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
-def image_bytes() -> tuple[bytes, Path]:
+def image_bytes(image: Path | None = None) -> tuple[bytes, Path]:
+    if image is not None:
+        return image.read_bytes(), image
     if IMAGE.exists():
         return IMAGE.read_bytes(), IMAGE
     from PIL import Image
@@ -388,6 +391,13 @@ def main() -> None:
     )
     parser.add_argument("--throughput-images", type=int, default=96, help="per throughput row")
     parser.add_argument("--weights", type=Path)
+    parser.add_argument(
+        "--image",
+        type=Path,
+        help="the image every call sends (default coco8's 000000000036.jpg, 48 KB: under the "
+        "64 KB a caller may send before the request guard looks at its credentials; a photo "
+        "over it, such as 000000000061.jpg, measures that look too)",
+    )
     parser.add_argument("--device", help="cpu or cuda:0 (default: cuda:0 when there is one)")
     parser.add_argument(
         "--throughput-only",
@@ -408,7 +418,7 @@ def main() -> None:
 
     device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
     weights = (args.weights or weights_default(work)).resolve()
-    data, image = image_bytes()
+    data, image = image_bytes(args.image)
     params = {"conf": 0.25, "iou": 0.7, "imgsz": args.imgsz}
     n = args.requests
     import httpx

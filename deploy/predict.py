@@ -22,6 +22,7 @@ from datasets.services.images import ImageRejected, image_check
 from deploy.collection.decide import collection_offer
 from deploy.fetch import FetchRefused, fetch_image
 from deploy.inference.tokens import inference_token
+from deploy.model_link import LinkError, model_server_post
 from deploy.ratelimit import Verdict, rate_take
 from deploy.usage import usage_count
 from training.models import InspectState, JobState, TrainedModel
@@ -30,14 +31,7 @@ from workspaces.models import ApiKey
 from workspaces.selectors import WorkspaceAccess
 
 IMGSZ_RANGE = (32, 1280)
-# retries: a connection refused while the model server (re)starts is tried again at once.
-_client = httpx.Client(
-    timeout=httpx.Timeout(120.0, connect=5.0), transport=httpx.HTTPTransport(retries=2)
-)
 logger = logging.getLogger(__name__)
-# A pooled keep-alive connection the model server closed as it was reused: the request never
-# reached it, and a prediction has no side effect, so it is sent again once on a new one.
-_RESENT = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class PredictRefused(Exception):
@@ -255,13 +249,6 @@ def _database_release() -> None:
         connection.close()
 
 
-def _model_server_post(url: str, **kwargs) -> httpx.Response:
-    try:
-        return _client.post(url, **kwargs)
-    except _RESENT:
-        return _client.post(url, **kwargs)
-
-
 def predict_forward(
     *,
     request: HttpRequest,
@@ -314,7 +301,7 @@ def predict_forward(
         path, cache_key = model_file(model)
         _database_release()
         try:
-            answer = _model_server_post(
+            answer = model_server_post(
                 f"{server_url}/predict",
                 params=params.query(),
                 content=checked.data,
@@ -335,8 +322,8 @@ def predict_forward(
                     "Content-Type": "application/octet-stream",
                 },
             )
-        except httpx.HTTPError as exc:
-            logger.warning("model server %s: %s: %s", server_url, type(exc).__name__, exc)
+        except LinkError as exc:
+            logger.warning("model server %s: %s", server_url, exc)
             raise PredictRefused(
                 503, "The model server is not answering; it may be starting. Try again shortly."
             ) from None
