@@ -60,7 +60,7 @@ class Recipe:
             "optimizer": self.optimizer,
             **self.extra_args,
         }
-        return ", ".join(f"{name} {value}" for name, value in shown.items())
+        return ", ".join(f"{name} {_shown(value)}" for name, value in shown.items())
 
     def params(self, *, task: str, model_family: str, model_size: str, weights: str):
         """The recipe as a job's parameters (for checks and the demo's own)."""
@@ -77,6 +77,14 @@ class Recipe:
             seed=0,
             extra_args=dict(self.extra_args),
         )
+
+
+def _shown(value) -> str:
+    """A value as a recipe's line shows it: a float to six significant digits (a sweep's best
+    lr0 0.048798203043577466 reads 0.0487982; the recipe still sets it whole)."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def extra_args_text(args: dict) -> str:

@@ -171,3 +171,16 @@ def test_a_recipes_fields_as_submitted_start_a_job_with_them(
 @pytest.fixture(autouse=True)
 def _no_weights_download(settings):
     settings.TRAINING_ALLOW_DOWNLOADS = False
+
+
+def test_a_recipes_line_shows_floats_to_six_digits_and_sets_them_whole():
+    """A sweep's best settings are saved as found (lr0 0.048798203043577466); its line reads
+    0.0487982, while the form's box and the job get the whole value."""
+    swept = dataclasses.replace(
+        SMALL_FROM_SCRATCH, extra_args={"lr0": 0.048798203043577466, "box": 7.5, "mosaic": 1.0}
+    )
+    line = swept.arguments()
+    assert "lr0 0.0487982," in line and "box 7.5," in line and line.endswith("mosaic 1")
+    assert extra_args_parse(swept.fields(train_images=40)["extra_args"])["lr0"] == (
+        0.048798203043577466
+    )
