@@ -110,9 +110,12 @@ def _depth_png_values(depth: np.ndarray) -> np.ndarray:
 # --- in the database: a version ready to train --------------------------------------------------
 
 
-def pixel_version_create(*, access, task: str, train: int = 6, val: int = 2, unmasked: int = 0):
+def pixel_version_create(
+    *, access, task: str, train: int = 6, val: int = 2, unmasked: int = 0, unmasked_split="train"
+):
     """A `task` ("semantic" or "depth") dataset in the access's workspace with `train` + `val`
-    masked images (and `unmasked` train images without a map), frozen into a version."""
+    masked images (and `unmasked` images of `unmasked_split` without a map), frozen into a
+    version."""
     from datasets.models import Dataset, DatasetClass, Image
     from datasets.services.pixel_maps import pixel_map_save
     from datasets.services.versions import version_create
@@ -128,7 +131,7 @@ def pixel_version_create(*, access, task: str, train: int = 6, val: int = 2, unm
     names = SEMANTIC_CLASSES if task == "semantic" else ("depth",)
     for index, name in enumerate(names):
         DatasetClass.objects.create(dataset=dataset, index=index, name=name)
-    splits = ["train"] * train + ["val"] * val + ["train"] * unmasked
+    splits = ["train"] * train + ["val"] * val + [unmasked_split] * unmasked
     for k, split in enumerate(splits):
         picture, target = _sample(task, k)
         image = Image.objects.create(

@@ -64,6 +64,7 @@ class _Summary:
     images: int = 0
     labels: int = 0
     masks: int = 0
+    mask_splits: Counter = field(default_factory=Counter)
 
     def add(self, image: dict, classes: list[str]) -> None:
         self.images += 1
@@ -74,6 +75,7 @@ class _Summary:
         if "mask" in image:  # a semantic mask or depth map: the image's one label
             self.labels += 1
             self.masks += 1
+            self.mask_splits[image["split"]] += 1
 
     def as_dict(self, classes: list[str]) -> dict:
         return {
@@ -81,6 +83,7 @@ class _Summary:
             "labels": self.labels,
             "classes": len(classes),
             **({"masks": self.masks} if self.masks else {}),
+            **({"masks_per_split": dict(sorted(self.mask_splits.items()))} if self.masks else {}),
             "splits": dict(sorted(self.splits.items())),
             "labels_per_class": {name: self.labels_per_class.get(name, 0) for name in classes},
         }

@@ -172,9 +172,15 @@ def evaluation_submit(
     per_class = summary.get("labels_per_class")
     if model.task in PIXEL_TASKS:
         # Their truth is one map per image (a PNG mask or depth map), not labels per class.
+        what = "depth map" if model.task == Task.DEPTH else "semantic mask"
         if not summary.get("masks"):
-            what = "depth map" if model.task == Task.DEPTH else "semantic mask"
             raise ServiceError(f"{label} has no {what} to compare the model's with.")
+        per_split = summary.get("masks_per_split")  # absent from versions saved before it
+        if isinstance(per_split, dict) and not per_split.get(split):
+            raise ServiceError(
+                f"The {split} split of {label} has no {what} to compare the model's with; "
+                f"pick a split that has ({', '.join(sorted(per_split))})."
+            )
     elif isinstance(per_class, dict) and not any(
         per_class.get(p["version"]) for p in pairs if p["version"]
     ):

@@ -268,6 +268,13 @@ def test_a_pixel_model_on_a_version_of_another_task_or_without_maps_is_refused(t
     unmasked = version_with(access=access, classes=["road"], task="semantic", name="Roads")
     with pytest.raises(ServiceError, match="Roads v1 has no semantic mask to compare"):
         evaluation_submit(access=access, model=semantic, version=unmasked)
+    # Maps in train only: its val split has nothing to compare, and the refusal names the split.
+    val_bare = pixel_version_create(
+        access=access, task="depth", train=3, val=0, unmasked=2, unmasked_split="val"
+    )
+    assert val_bare.summary["masks_per_split"] == {"train": 3}
+    with pytest.raises(ServiceError, match="The val split of .* has no depth map .*\\(train\\)"):
+        evaluation_submit(access=access, model=depth, version=val_bare)
     # Its classes still pair by name, as for detect.
     masked = pixel_version_create(access=access, task="semantic")
     with pytest.raises(ServiceError, match="“road” of the model has no class of the same name"):
