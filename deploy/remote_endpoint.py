@@ -20,7 +20,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.ledger import InsufficientCredits, account_for, credits_spend
+from billing.ledger import InsufficientCredits, account_for, credits_format, credits_spend
 from core.money import per_hour_to_micro
 from deploy import skyserve
 from deploy.inference.tokens import inference_token_refusal
@@ -44,6 +44,10 @@ READY_PROBE_DELAY_SECONDS = 1200  # installing Kestrel and loading the model on 
 # A replica that served before and died: how long SkyServe has to bring a replacement up
 # before the endpoint is given up as failed.
 REPLACE_PATIENCE = timedelta(minutes=20)
+# The replica time a check makes sure the credits cover before the next check: beat's 30 s
+# (deploy-deployments-check) and half again for a late one. An endpoint whose workspace cannot
+# pay that much more is stopped now, so it never runs on credits the workspace does not have.
+CREDITS_AHEAD_SECONDS = 45
 LIVE = {"PENDING", "PROVISIONING", "STARTING", "READY", "NOT_READY"}
 
 
@@ -360,6 +364,21 @@ def _credits_check(deployment: Deployment) -> Deployment:
             deployment,
             desired_running=False,
             last_error="Stopped: the workspace ran out of credits for its replica time.",
+        )
+    ready = sum(1 for r in deployment.replicas if r.get("status") == "READY")
+    price = deployment.gpu_type.hourly_price if deployment.gpu_type else 0
+    ahead = per_hour_to_micro(CREDITS_AHEAD_SECONDS * ready, price) if price > 0 else 0
+    available = account_for(deployment.workspace).available
+    if ahead and available < ahead:
+        return remote_stop(
+            deployment,
+            desired_running=False,
+            last_error=(
+                f"Stopped: the workspace's credits ({credits_format(max(0, available))}) would "
+                f"not cover the replica time until the next check ({CREDITS_AHEAD_SECONDS} s on "
+                f"{deployment.gpu_type.name}: {credits_format(ahead)}). Add credits and start "
+                "it again."
+            ),
         )
     return deployment
 

@@ -302,17 +302,17 @@ def test_skypilots_own_parsers_load_the_service(team, gpu_h100):
         skyserve.service_check({**config, "service": {"readiness_probe": {"nope": 1}}})
 
 
-def test_an_endpoint_stops_when_the_workspaces_credits_run_out(team, gpu_h100, fake_sky, tmp_path):
-    """A minute of H100 replica time (2.5 credits an hour: about 0.042) against 0.01 credits
-    left: what is left is taken, and the endpoint stops, saying why, its service torn down."""
+def _ready_for_a_minute(team, gpu_h100, fake_sky, tmp_path, credits: int) -> Deployment:
+    """An endpoint whose one replica (answering its readiness probe; no model, only its time
+    is metered here) has been ready for a minute since its last check, in a workspace with
+    exactly `credits` micro-credits."""
     if available := account_for(team.workspace).available:
         credits_expire(team.workspace, available, reason="test")
-    credits_grant(team.workspace, 10_000, reason="test")  # 0.01 credits
+    credits_grant(team.workspace, credits, reason="test")
     model = trained_model_row(workspace=team.workspace, class_names=["person"])
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "health").write_text("ok")
     port = free_port()
-    # A replica that answers its readiness probe (no model: only its time is metered here).
     task = {
         "run": f"exec python3 -m http.server {port} --bind 127.0.0.1 -d {tmp_path / 'site'}",
         "resources": {"ports": port},
@@ -324,7 +324,7 @@ def test_an_endpoint_stops_when_the_workspaces_credits_run_out(team, gpu_h100, f
         assert time.monotonic() < deadline, "the replica never answered"
         time.sleep(0.2)
     a_minute_ago = timezone.now() - timedelta(minutes=1)
-    deployment = Deployment.objects.create(
+    return Deployment.objects.create(
         workspace=team.workspace,
         model=model,
         name="broke",
@@ -337,11 +337,44 @@ def test_an_endpoint_stops_when_the_workspaces_credits_run_out(team, gpu_h100, f
         metered_at=a_minute_ago,
         last_ready_at=a_minute_ago,
     )
+
+
+def test_an_endpoint_stops_when_the_workspaces_credits_run_out(team, gpu_h100, fake_sky, tmp_path):
+    """A minute of H100 replica time (2.5 credits an hour: about 0.042) against 0.01 credits
+    left: what is left is taken, and the endpoint stops, saying why, its service torn down."""
+    deployment = _ready_for_a_minute(team, gpu_h100, fake_sky, tmp_path, credits=10_000)
     deployment = supervisor.deployment_reconcile(deployment.pk)
     assert deployment.state == DeploymentState.STOPPED and not deployment.desired_running
     assert "ran out of credits" in deployment.last_error
     assert 60 <= deployment.replica_seconds < 70
     assert deployment.charged == 10_000 and account_for(team.workspace).available == 0
+    assert not fake_sky._services
+
+
+def test_an_endpoint_stops_before_its_credits_cannot_pay_until_the_next_check(
+    team, gpu_h100, fake_sky, tmp_path
+):
+    """Credits for the minute it ran and 0.02 more, less than the 45 s to the next check
+    (0.03125 on an H100): the minute is captured whole, and the endpoint stops now rather than
+    run on credits the workspace does not have; the 0.02 stay the workspace's."""
+    minute = 41_667  # a little over a minute's 0.041667
+    deployment = _ready_for_a_minute(
+        team, gpu_h100, fake_sky, tmp_path, credits=minute + 200_000 + 20_000
+    )
+    deployment = supervisor.deployment_reconcile(deployment.pk)
+    assert deployment.state == DeploymentState.RUNNING, deployment.last_error  # 0.22 is plenty
+    credits_expire(team.workspace, 200_000, reason="test")
+    later = deployment.metered_at - timedelta(seconds=5)
+    Deployment.objects.filter(pk=deployment.pk).update(metered_at=later)
+    deployment = supervisor.deployment_reconcile(deployment.pk)
+    assert deployment.state == DeploymentState.STOPPED and not deployment.desired_running
+    assert deployment.charged == remote_endpoint.owed(deployment)  # nothing run on credit
+    left = account_for(team.workspace).available
+    assert 0 < left < remote_endpoint.owed(deployment)
+    assert (
+        f"would not cover the replica time until the next check (45 s on {gpu_h100.name}: "
+        "0.03125)" in deployment.last_error
+    ), deployment.last_error
     assert not fake_sky._services
 
 
