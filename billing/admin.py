@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
+from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
@@ -64,7 +65,7 @@ class PlanAdmin(admin.ModelAdmin):
         "signup_credits_shown",
         "monthly_credits_shown",
         "max_concurrent_jobs",
-        "storage_quota_bytes",
+        "storage_quota_shown",
         "max_deployments",
         "predict_requests_per_minute",
         "is_default",
@@ -74,6 +75,10 @@ class PlanAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ["name"]}
     signup_credits_shown = _credits_column("signup_credits", "sign-up credits")
     monthly_credits_shown = _credits_column("monthly_credits", "monthly credits")
+
+    @admin.display(description="storage quota", ordering="storage_quota_bytes")
+    def storage_quota_shown(self, obj: Plan) -> str:
+        return filesizeformat(obj.storage_quota_bytes)  # as the billing page shows it
 
 
 class CreditsForm(forms.Form):

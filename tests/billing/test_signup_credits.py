@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
+from django.template.defaultfilters import filesizeformat
 from django.test import Client
 from django.urls import reverse
 
@@ -170,6 +171,9 @@ def test_the_admin_shows_credits_not_micro_credits(plans):
     assert 'class="field-signup_credits_shown">5.00<' in plans_page
     assert ">5000000<" not in plans_page
     free = Plan.objects.get(slug="free")
+    quota = filesizeformat(free.storage_quota_bytes)  # as the billing page shows it
+    assert f'class="field-storage_quota_shown">{quota}<' in plans_page
+    assert str(free.storage_quota_bytes) not in plans_page
     url = reverse("admin:billing_plan_change", args=[free.pk])
     form = client.get(url).content.decode()
     assert 'name="signup_credits" value="5.00"' in form and "5000000" not in form
