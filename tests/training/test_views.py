@@ -203,10 +203,23 @@ def test_a_good_submit_queues_the_job_and_shows_its_page(
 
     page = _text(client.get(response["Location"]))
     assert "baseline" in page and "Queued" in page and "Waiting for a machine" in page
-    assert "Training queued: baseline." in page
+    assert "Training submitted: baseline." in page
     assert f"/w/acme/jobs/{job.pk}/events" in page  # the page follows the job's event stream
     assert "Stop</button>" in page and "Cancel…" in page
     assert re.search(r'<form [^>]*data-testid="job-resume-form" hidden>', page)
+
+
+def test_the_message_after_a_submit_holds_when_the_job_already_runs(
+    client, team, project, detect_version, gpu_local
+):
+    client.force_login(team.editor)
+    response = client.post(_url("job_create", pk=project.pk), _form(detect_version, gpu_local))
+    job = TrainingJob.objects.get()
+    # A worker took the job between the redirect and the page: the message must still be true.
+    TrainingJob.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    page = _text(client.get(response["Location"]))
+    assert f"Training submitted: {job.title}." in page and "Running" in page
+    assert "queued" not in page.lower()
 
 
 def test_a_quick_test_run_trains_two_epochs(client, team, project, detect_version, gpu_local):

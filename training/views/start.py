@@ -89,13 +89,14 @@ def job_create(request: HtmxHttpRequest, access: WorkspaceAccess, pk: int) -> Ht
                 form.add_error(None, str(e))
             else:
                 what = "Quick test run" if job.is_quick_test else "Training"
-                messages.success(request, f"{what} queued: {job.title}.")
+                messages.success(request, f"{what} submitted: {job.title}.")
                 return redirect("job_detail", ws_slug=access.workspace.slug, pk=job.pk)
     if request.htmx and request.htmx.target == "data-checks" and not form.is_bound:
-        # The data checks following the version picked (the panel's hx-get).
+        # The data checks following the version picked (the panel's hx-get), and the start
+        # buttons following them (its hx-select-oob).
         return render(
             request,
-            "training/job_form.html#data-checks",
+            "training/job_form.html#checks-response",
             {
                 "access": access,
                 "project": project,
