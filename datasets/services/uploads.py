@@ -450,6 +450,22 @@ class NotImportedGroup:
     def files_not_listed(self) -> int:
         return max(0, self.count - len(self.files))
 
+    @property
+    def by_reason(self) -> list[tuple[str, int, list[str]]]:
+        """Each of the commonest reasons once, with its count and the listed files it holds
+        for: the page says a reason once, its files under it."""
+        files: dict[str, list[str]] = {reason: [] for reason, _ in self.reasons}
+        for file, reason in self.files:
+            if reason in files:
+                files[reason].append(file)
+        return [(reason, n, files[reason]) for reason, n in self.reasons]
+
+    @property
+    def files_of_other_reasons(self) -> list[tuple[str, str]]:
+        """The listed files whose reason is not among the commonest, each with its own."""
+        named = {reason for reason, _ in self.reasons}
+        return [(file, reason) for file, reason in self.files if reason not in named]
+
 
 def _groups(value) -> list[NotImportedGroup]:
     groups = []

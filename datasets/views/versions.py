@@ -18,9 +18,11 @@ from core.pages import page_parts
 from datasets import selectors
 from datasets.models import PIXEL_TASKS, Dataset, DatasetVersion, Image, Task
 from datasets.selectors import counts
+from datasets.selectors.gallery import dataset_classes
 from datasets.services import versions as services
 from datasets.services.clone import clone_targets_for_user, dataset_clone
 from datasets.services.export import FORMATS, export_filename, export_formats, export_run
+from datasets.services.import_report import classes_without_labels_line
 from workspaces.decorators import workspace_view
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess, workspace_access_for_user, workspace_labels
@@ -136,6 +138,14 @@ def version_detail(
             kind: max(0, len(getattr(diff, kind)) - DIFF_SHOWN)
             for kind in ("added", "removed", "split_changed")
         }
+    # The classes with labels as a table; those without as one line, as the import page says it.
+    # In the classes' order: PostgreSQL's jsonb keeps the summary's keys in an order of its own.
+    index = {c.name: i for i, c in enumerate(dataset_classes(dataset=dataset).values())}
+    per_class = sorted(
+        (version.summary.get("labels_per_class") or {}).items(),
+        key=lambda item: (index.get(item[0], len(index)), item[0]),
+    )
+    empty = [name for name, n in per_class if not n]
     return render(
         request,
         "datasets/version_detail.html",
@@ -150,6 +160,8 @@ def version_detail(
             "formats": export_formats(task=dataset.task),
             "pixel_task": dataset.task in PIXEL_TASKS,
             "map_word": "depth map" if dataset.task == Task.DEPTH else "mask",
+            "labelled_classes": [(name, n) for name, n in per_class if n],
+            "classes_without_labels": classes_without_labels_line(empty, len(empty)),
         },
     )
 

@@ -43,10 +43,10 @@ def test_the_import_page_leads_with_what_matters(
     coco8 = zip_folder(SHARED / "coco8", tmp_path / "coco8.zip", prefix="coco8/")
     text = _upload(page, dataset_url, coco8)
     lines = [line for line in text.splitlines() if line.strip()]
-    # The heading and its badge, then what was imported, then the declared classes' one line.
-    assert lines[2] == "Imported 8 images and 30 labels (Ultralytics YOLO).", lines[:4]
-    assert lines[3].startswith("68 declared classes have no label yet: bicycle, car,"), lines[3]
-    assert text.index(lines[3]) < text.index("Not imported")  # coco8's LICENSE, after
+    # The heading, said once, then what was imported, then the declared classes' one line.
+    assert lines[:2] == ["Imported", "Imported 8 images and 30 labels (Ultralytics YOLO)."], lines
+    assert lines[2].startswith("68 declared classes have no label yet: bicycle, car,"), lines[2]
+    assert text.index(lines[2]) < text.index("Not imported")  # coco8's LICENSE, after
     assert "Classes with no labels" not in text and "created, but no label" not in text
     assert page.locator("[data-testid=import-warning]").count() == 0
     screenshot(page, "import-coco8-leads-with-what-was-imported")
@@ -67,4 +67,11 @@ def test_the_import_page_leads_with_what_matters(
         "Kestrel reads matched the upload"
     ), warning
     assert "Imported, with a warning" not in text and "none of the images" not in text
+    # Under "Not imported", the label file's reason once, the file indented under it.
+    section = page.get_by_test_id("report-not-imported")
+    assert section.inner_text().count("no format Kestrel reads matched") == 1
+    reason = section.get_by_test_id("not-imported-reason").first
+    file = reason.locator("bdi.filename")
+    assert file.inner_text() == "000000000009.txt"
+    assert file.bounding_box()["x"] > reason.bounding_box()["x"] + 8
     screenshot(page, "import-duplicate-says-why")

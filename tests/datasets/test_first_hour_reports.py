@@ -68,6 +68,24 @@ def test_coco8_leads_with_what_was_imported_and_its_empty_classes_are_one_line(t
         assert line < page.index('data-testid="report-not-imported"')
 
 
+def test_a_version_of_coco8_lists_its_classes_with_labels_and_the_rest_as_one_line(team, client):
+    dataset, _ = _import(team, COCO8)
+    version = version_create(access=team.access("editor"), dataset=dataset)
+    client.force_login(team.viewer)
+    url = reverse("version_detail", args=["acme", dataset.pk, version.number])
+    page = client.get(url).content.decode()
+    table = re.search(r'data-testid="version-classes">(.*?)</table>', page, re.S).group(1)
+    rows = re.findall(r"<tr><td>([^<]+)</td><td>(\d+)</td></tr>", table)
+    assert len(rows) == 12 and rows[0] == ("person", "10")  # in the classes' order
+    assert all(n != "0" for _, n in rows)
+    assert (
+        'data-testid="version-classes-without-labels">68 declared classes have no label yet: '
+        "bicycle, car, motorcycle, airplane, bus, train, truck, boat, traffic light, fire "
+        "hydrant and 58 more.</p>"
+    ) in page
+    assert "<td>bicycle</td>" not in page
+
+
 def test_the_command_says_the_same_in_the_same_order(team):
     out, err = io.StringIO(), io.StringIO()
     call_command("dataset_import", str(COCO8), workspace="acme", name="C8", stdout=out, stderr=err)
@@ -131,6 +149,82 @@ def test_a_duplicate_and_its_label_file_say_so_plainly(team, client, tmp_path):
         "imported again."
     )
     assert Label.objects.filter(image__dataset=dataset).count() == 1
+
+
+def _status(page: str) -> str:
+    """The import's status card: its heading, what was imported, what was not."""
+    return page[page.index('id="import-status"') : page.index("<h2>Uploaded files</h2>")]
+
+
+def test_the_report_says_each_thing_once(team, client, tmp_path):
+    first = {
+        "data.yaml": b"names: ['cat']\n",
+        "images/train/a.jpg": jpeg_bytes(),
+        "labels/train/a.txt": b"0 0.5 0.5 0.2 0.2\n",
+    }
+    dataset, imp = _import(team, zip_of(first, tmp_path / "1.zip"))
+    status = _status(_page(client, team, imp))
+    # The state once: a heading, no badge beside it saying "Imported" again.
+    assert re.findall(r">\s*Imported\s*<", status) == [">Imported<"], status
+    assert "badge" not in status
+
+    again = {"a.jpg": jpeg_bytes(), "a.txt": b"0 0.5 0.5 0.2 0.2\n"}
+    _, imp = _import(team, zip_of(again, tmp_path / "2.zip"), dataset=dataset)
+    status = _status(_page(client, team, imp)).replace("&#x27;", "'")
+    reason = imp.report["not_imported"][0]["reasons"][0]["reason"]
+    assert reason.startswith("not read: no format Kestrel reads matched the upload")
+    # Under "Not imported" the label file's reason is said once, its file under it.
+    section = status[status.index('data-testid="report-not-imported"') :]
+    assert section.count("no format Kestrel reads matched") == 1, section
+    assert re.search(
+        r'<li data-testid="not-imported-reason">'
+        + re.escape(reason)
+        + r'\s*<ul class="skipped"><li><bdi class="filename">a.txt</bdi></li></ul></li>',
+        section,
+    ), section
+    # The duplicate is counted once, as the sentence the page leads with says: 1 image already
+    # in the dataset, 1 label file not read; no "Duplicates 1" beside "Files skipped 2".
+    counts = re.findall(
+        r'<strong>([^<]+)</strong>: <span data-testid="not-imported-count">(\d+)</span>', status
+    )
+    assert counts == [
+        ("Label files not read", "1"),
+        ("Images already in this dataset (not imported again)", "1"),
+    ]
+    assert "Duplicates" not in status and "Files skipped" not in status
+    assert '<ul class="skipped"><li><bdi class="filename">a.jpg</bdi></li></ul>' in section
+    assert "already in this dataset</li>" not in section  # the group's title says why
+
+
+def test_a_reason_beyond_the_commonest_keeps_its_file_and_its_reason(team, client, tmp_path):
+    _, imp = _import(team, zip_of({"a.jpg": jpeg_bytes()}, tmp_path / "a.zip"))
+    reasons = [f"unknown category id {n}" for n in range(10)]
+    imp.report = {
+        **imp.report,
+        "not_imported": [
+            {
+                "kind": "label",
+                "title": "Labels refused",
+                "count": 11,
+                "reasons": [
+                    {"reason": r, "count": 2 if r.endswith("0") else 1} for r in reasons[:8]
+                ],
+                "files": [{"file": f"c.json:{n}", "reason": r} for n, r in enumerate(reasons)]
+                + [{"file": "c.json:10", "reason": reasons[0]}],
+            }
+        ],
+    }
+    imp.save(update_fields=["report"])
+    section = _page(client, team, imp)
+    section = section[section.index('data-testid="report-not-imported"') :]
+    assert re.search(
+        r"2 × unknown category id 0\s*<ul class=\"skipped\"><li><bdi class=\"filename\">c.json:0"
+        r'</bdi></li><li><bdi class="filename">c.json:10</bdi></li></ul>',
+        section,
+    ), section
+    assert section.count("unknown category id 0") == 1
+    assert "Other reasons:" in section
+    assert '<bdi class="filename">c.json:9</bdi> — unknown category id 9' in section
 
 
 # --- 6. exports keep the images' names --------------------------------------------------------

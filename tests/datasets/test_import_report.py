@@ -86,7 +86,7 @@ def test_what_was_not_imported_is_counted_by_kind_after_what_was(team, tmp_path,
     assert "Labels refused</strong>" in page and "Classes with no labels" not in page
     assert '<bdi class="filename">labels/train/gone.txt</bdi>' in page
     assert 'data-testid="import-warning"' not in page
-    assert 'data-testid="import-status-badge">Imported<' in page
+    assert 'data-testid="import-status-heading">Imported</h2>' in page
 
 
 def test_the_full_report_downloads_as_json_for_members_only(team, tmp_path, client):
@@ -129,8 +129,7 @@ def test_labels_found_but_none_imported_is_a_warning_on_the_page(team, tmp_path,
         "imported below."
     )
     page = _page(client, team, imp)
-    assert 'data-testid="import-status-badge">Warning' in page
-    assert "Imported, with a warning" in page
+    assert 'data-testid="import-status-heading">Imported, with a warning</h2>' in page
     assert 'data-testid="import-warning"><p>Images were imported, but none' in page
     assert "Label files not read</strong>" in page
 

@@ -843,7 +843,7 @@ def test_browser_uploads_two_images_in_chunks_and_lands_on_the_import_page(
 
     heading = page.get_by_role("heading", level=1).inner_text()
     assert heading == "Import of 2 files", heading
-    assert page.get_by_test_id("import-status-badge").inner_text() == "Queued"
+    assert page.get_by_test_id("import-status-heading").inner_text() == "Waiting to import"
     assert page.get_by_test_id("import-progress").is_visible()
     # The status partial polls itself while the import is not final.
     with page.expect_response(lambda r: r.url.endswith(f"/imports/{imp.pk}/")) as poll:
