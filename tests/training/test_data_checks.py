@@ -196,6 +196,44 @@ def test_a_version_with_no_labels_is_refused_even_with_train_anyway(
     assert not TrainingJob.objects.exists()
 
 
+def _start_actions(page: str) -> str:
+    return re.search(r'<div class="form-actions" id="start-actions".*?</div>', page, re.S).group(0)
+
+
+def test_the_start_buttons_follow_the_version_picked_and_say_why_they_are_off(
+    client, team, project, coco8, gpu_local
+):
+    Label.objects.filter(image__dataset=coco8.dataset).delete()
+    empty = version_create(access=team.access("editor"), dataset=coco8.dataset)  # the newest
+    client.force_login(team.editor)
+    url = _url("job_create", pk=project.pk)
+    # The form opens on the newest version, which has an error: no button starts it.
+    actions = _start_actions(_text(client.get(url)))
+    assert re.search(
+        r'data-testid="start-training" disabled aria-describedby="start-blocked"', actions
+    )
+    assert re.search(r'data-testid="quick-test" disabled', actions)
+    blocked = re.search(r'data-testid="start-blocked">(.*?)</small>', actions, re.S).group(1)
+    assert blocked.startswith(
+        "coco8 v2 cannot be trained: it has an error, listed under Data checks."
+    )
+
+    # Picking another version (the data checks' hx-get) brings the buttons back with the checks.
+    htmx = {"HX-Request": "true", "HX-Target": "data-checks"}
+    picked = _text(client.get(url, {"dataset_version": coco8.pk, "task": ""}, headers=htmx))
+    assert 'id="data-checks"' in picked and 'hx-select-oob="#start-actions"' in picked
+    actions = _start_actions(picked)
+    assert "disabled" not in actions and "start-blocked" not in actions
+    assert 'data-testid="start-training">Start training</button>' in actions
+    picked = _text(client.get(url, {"dataset_version": empty.pk, "task": ""}, headers=htmx))
+    assert 'data-testid="start-training" disabled' in _start_actions(picked)
+
+    # The server still refuses the version whatever the button said.
+    response = client.post(url, _form(empty, gpu_local))
+    assert response.status_code == 400 and "coco8 v2 cannot be trained" in _text(response)
+    assert not TrainingJob.objects.exists()
+
+
 def test_a_version_with_no_train_image_is_refused_even_with_train_anyway(
     team, project, gpu_local, tmp_path
 ):
