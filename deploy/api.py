@@ -3,6 +3,7 @@
 Both answer in the hosted Ultralytics Platform's shape, so its users can switch by changing
 the URL. A key needs the predict scope; the browser session works too (the try-it page)."""
 
+import hashlib
 import time
 
 from django.conf import settings
@@ -22,7 +23,7 @@ from deploy.selectors import collection_rules_on, model_public_access, models_fo
 from deploy.supervisor import endpoint_route
 from training.models import TrainedModel
 from training.platform_files import weights_filename
-from workspaces.api import session_auth
+from workspaces.api import SessionAuth
 from workspaces.permissions import Perm
 from workspaces.revocations import REVOCATIONS, api_key_revocations_read
 from workspaces.selectors import KeyRefused, PresentedKey, WorkspaceAccess, row_for_caller
@@ -39,29 +40,75 @@ class PredictKeyAuth(HttpBearer):
         return key if key.prefix else None
 
 
-PREDICT_AUTH = [PredictKeyAuth(), session_auth]
-
-
-# A key's lookup (the key, its creator's membership, the model) kept by this process for a
-# moment: a busy key's calls skip the database. Kept at most KEY_KEPT_SECONDS, so any change
-# (a member removed, a scope, the plan's limit, the model's state) reaches every process
-# within a second; a revocation at once, through the counter each call reads in the same
-# Redis round trip that counts it against the rate limit (workspaces.revocations).
+# A caller's lookup (a key or a browser session, its membership, the model) kept by this
+# process for a moment: a busy caller's calls skip the database. Kept at most KEY_KEPT_SECONDS,
+# so any change (a member removed, a scope, the plan's limit, the model's state, a session
+# signed out) reaches every process within a second; a key's revocation at once, through the
+# counter each call reads in the same Redis round trip that counts it against the rate limit
+# (workspaces.revocations).
 KEY_KEPT_SECONDS = 1.0
 KEY_KEPT_MAX = 4096
 _kept: dict[tuple, tuple[float, bytes | None, WorkspaceAccess, TrainedModel]] = {}
+_sessions_kept: dict[str, float] = {}  # a session's fingerprint → until when it has a lookup kept
+
+
+def _session_fingerprint(session_key: str) -> str:
+    return "s:" + hashlib.sha256(session_key.encode()).hexdigest()
+
+
+class KeptSession:
+    """A browser session (CSRF-checked) whose caller lookup this process kept a moment ago: the
+    session and its person are loaded only if the lookup has to run again."""
+
+    def __init__(self, session_key: str):
+        self.fingerprint = _session_fingerprint(session_key)
+
+
+class PredictSessionAuth(SessionAuth):
+    """SessionAuth, without loading the session and its person (two queries) for a session
+    whose lookup this process kept within the last second; CSRF is checked all the same."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        if _session_kept(request.COOKIES.get(self.param_name)):
+            return super(SessionAuth, self)._get_key(request)  # the CSRF check, then the cookie
+        return super()._get_key(request)
+
+    def authenticate(self, request: HttpRequest, key: str | None):
+        if _session_kept(key):
+            return KeptSession(key)
+        return super().authenticate(request, key)
+
+
+def _session_kept(session_key: str | None) -> bool:
+    if not session_key:
+        return False
+    until = _sessions_kept.get(_session_fingerprint(session_key))
+    return until is not None and time.monotonic() < until
+
+
+PREDICT_AUTH = [PredictKeyAuth(), PredictSessionAuth()]
+
+
+def _caller_fingerprint(request: HttpRequest) -> str | None:
+    auth = request.auth
+    if isinstance(auth, PresentedKey):
+        return "k:" + auth.hash
+    if isinstance(auth, KeptSession):
+        return auth.fingerprint
+    session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    return _session_fingerprint(session_key) if session_key else None
 
 
 def _caller(
     request: HttpRequest, model_id: int, *, public: bool = False
 ) -> tuple[WorkspaceAccess, TrainedModel, Verdict | None]:
-    """_caller_lookup, kept for a moment when the caller is an API key; and the rate limit's
+    """_caller_lookup, kept for a moment (an API key or a browser session); and the rate limit's
     verdict when the call was counted with the check that what was kept still holds."""
-    key = request.auth if isinstance(request.auth, PresentedKey) else None
+    caller = _caller_fingerprint(request)
     seconds = getattr(settings, "PREDICT_KEY_KEPT_SECONDS", KEY_KEPT_SECONDS)
-    if key is None or seconds <= 0:
+    if caller is None or seconds <= 0:
         return (*_caller_lookup(request, model_id, public=public), None)
-    slot = (key.hash, model_id, public)
+    slot = (caller, model_id, public)
     kept = _kept.get(slot)
     verdict = None
     if kept is not None and time.monotonic() < kept[0]:
@@ -77,7 +124,11 @@ def _caller(
     access, model = _caller_lookup(request, model_id, public=public)
     if len(_kept) >= KEY_KEPT_MAX:
         _kept.clear()
-    _kept[slot] = (time.monotonic() + seconds, seen, access, model)
+        _sessions_kept.clear()
+    until = time.monotonic() + seconds
+    _kept[slot] = (until, seen, access, model)
+    if caller.startswith("s:"):
+        _sessions_kept[caller] = until
     return access, model, verdict
 
 
@@ -86,11 +137,18 @@ def _caller_lookup(
 ) -> tuple[WorkspaceAccess, TrainedModel]:
     """Who is calling, and the model, in one query (a key checked in it, or the session's
     membership). `public`: a session outside the model's workspace may call it if it is public."""
+    auth = request.auth
+    if isinstance(auth, KeptSession):
+        # What was kept for this session is gone or was for another model: look it up again,
+        # from the session itself (one that has since signed out is refused as ever).
+        if not request.user.is_authenticated:
+            raise AuthenticationError
+        auth = request.user
     try:
         access, model = row_for_caller(
             models_for_predict,
             pk=model_id,
-            auth=request.auth,
+            auth=auth,
             user=request.user,
             not_found="No such model.",
         )

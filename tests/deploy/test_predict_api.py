@@ -47,10 +47,10 @@ def _key_client(team, scopes=("predict",)) -> tuple[Client, object]:
     return Client(headers={"Authorization": f"Bearer {raw}"}), key
 
 
-def _post(client, model, **extra):
+def _post(client, model, headers=None, **extra):
     data = {"file": io.BytesIO(_jpeg()), **extra}
     data["file"].name = "x.jpg"
-    return client.post(f"/api/v1/models/{model.pk}/predict", data)
+    return client.post(f"/api/v1/models/{model.pk}/predict", data, headers=headers)
 
 
 def test_callers_without_the_right_are_refused(team, model, stranger):
@@ -227,3 +227,38 @@ def test_a_call_finds_its_caller_and_model_in_one_query(
     client.force_login(team.owner)
     with django_assert_num_queries(3):
         assert _post(client, model).status_code == 503
+
+
+def test_a_browser_sessions_lookup_is_kept_too_and_still_csrf_checked(
+    team, model, django_assert_num_queries, settings
+):
+    """A session's calls within the second skip the session, its person and the lookup (the
+    try-it page and the public demo); the CSRF check is made on every call all the same."""
+    settings.PREDICT_KEY_KEPT_SECONDS = 60  # a slow machine's second call still finds it kept
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(team.owner)
+    browser.get("/w/acme/")  # the page sets its CSRF cookie
+    token = {"X-CSRFToken": browser.cookies["csrftoken"].value}
+    with django_assert_num_queries(3):  # the session, its person, then membership and model
+        assert _post(browser, model, headers=token).status_code == 503
+    with django_assert_num_queries(0):
+        assert _post(browser, model, headers=token).status_code == 503
+    refused = _post(browser, model)  # kept, but without the page's token
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+
+
+def test_a_kept_session_signed_out_is_refused_where_it_is_looked_up_again(team, model, settings):
+    """What was kept was for one model: a call for another looks the session up again, and a
+    session signed out since is refused (a kept lookup lapses within the second anyway)."""
+    settings.PREDICT_KEY_KEPT_SECONDS = 60
+    other = trained_model_row(workspace=team.workspace, class_names=["cat"])
+    browser = Client()
+    browser.force_login(team.owner)
+    assert _post(browser, model).status_code == 503
+    assert _post(browser, other).status_code == 503
+    session = browser.cookies["sessionid"].value
+    second = trained_model_row(workspace=team.workspace, class_names=["dog"])
+    browser.logout()
+    signed_out = Client()
+    signed_out.cookies["sessionid"] = session  # the old cookie, its session now gone
+    assert _post(signed_out, second).status_code == 401
