@@ -87,8 +87,8 @@ def pretrained_fetch(
     why = why.rstrip(".")  # Ultralytics' own ends with one ("... may be offline."): not two
     raise WeightsDownloadFailed(
         f"Could not download the pretrained weights {weights.name}: {why}. Put {weights.name} "
-        f"in {weights.folder} (or turn TRAINING_ALLOW_DOWNLOADS off to say so on the form), "
-        "or train from scratch."
+        f"in {weights.folder}, or train from scratch (the form offers a download only once "
+        "the server has reached the source)."
     )
 
 

@@ -290,8 +290,8 @@ def test_an_offline_download_fails_the_job_at_preparation_without_resume(
         "https://github.com/ultralytics/assets/releases/download/"
     ), job.error
     assert job.error.endswith(
-        f"Put yolo11n.pt in {weights_dir}/ (or turn TRAINING_ALLOW_DOWNLOADS off to say so on "
-        "the form), or train from scratch."
+        f"Put yolo11n.pt in {weights_dir}/, or train from scratch (the form offers a download "
+        "only once the server has reached the source)."
     )
     assert ".." not in job.error, job.error  # Ultralytics' reason ends with its own full stop
     attempt = job.attempt_rows.get()
