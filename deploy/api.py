@@ -205,11 +205,19 @@ endpoints = NinjaAPI(
 )  # its error answers are the API's, installed by config.api
 
 
+def predict_kept_forget() -> None:
+    """Forget every lookup this process keeps for predict calls (tests: ids repeat)."""
+    _kept.clear()
+    _sessions_kept.clear()
+
+
 @endpoints.post("/{slug}/predict")
 def deployment_predict(request: HttpRequest, slug: str):
     """The deployment's model on one image; the URL stays when the model behind it changes.
     As the shared API, it keeps no image unless the deployment's collection rule is on."""
     started = time.perf_counter()
+    # Read on every call (not kept as the caller is): a restart on a new port, a swap or a
+    # stop reaches the very next call.
     deployment = (
         Deployment.objects.only(
             *("id", "slug", "state", "port", "url", "placement", "desired_running"),

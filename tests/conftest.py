@@ -164,8 +164,13 @@ def _no_endpoint_outlives_its_test(request):
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    """Rate limits and the cache live in Redis (a test-only database): start each test clean."""
+    """Rate limits and the cache live in Redis (a test-only database): start each test clean;
+    and no caller's predict lookup kept by this process (deploy.api), as ids repeat from one
+    test to the next."""
     cache.clear()
+    from deploy.api import predict_kept_forget
+
+    predict_kept_forget()
     yield
 
 
