@@ -121,12 +121,17 @@ def test_a_report_kept_from_before_shows_its_empty_classes_as_the_line(team, cli
 # --- 5. images already in the dataset --------------------------------------------------------
 
 
-def test_a_duplicate_and_its_label_file_say_so_plainly(team, client, tmp_path):
-    first = {
+def _one_cat() -> dict:
+    """A YOLO archive of one image with one cat."""
+    return {
         "data.yaml": b"names: ['cat']\n",
         "images/train/a.jpg": jpeg_bytes(),
         "labels/train/a.txt": b"0 0.5 0.5 0.2 0.2\n",
     }
+
+
+def test_a_duplicate_and_its_label_file_say_so_plainly(team, client, tmp_path):
+    first = _one_cat()
     dataset, _ = _import(team, zip_of(first, tmp_path / "1.zip"))
     # The same image again, its .txt beside it (a layout Kestrel does not read labels from).
     again = {"a.jpg": jpeg_bytes(), "a.txt": b"0 0.5 0.5 0.2 0.2\n"}
@@ -157,11 +162,7 @@ def _status(page: str) -> str:
 
 
 def test_the_report_says_each_thing_once(team, client, tmp_path):
-    first = {
-        "data.yaml": b"names: ['cat']\n",
-        "images/train/a.jpg": jpeg_bytes(),
-        "labels/train/a.txt": b"0 0.5 0.5 0.2 0.2\n",
-    }
+    first = _one_cat()
     dataset, imp = _import(team, zip_of(first, tmp_path / "1.zip"))
     status = _status(_page(client, team, imp))
     # The state once: a heading, no badge beside it saying "Imported" again.

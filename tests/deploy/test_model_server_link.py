@@ -11,13 +11,11 @@ from deploy import model_link
 from deploy.model_link import LinkError, model_server_post
 
 
-class DropsFirst:
-    """A loopback HTTP server that reads each request; the first `drops` connections are closed
-    without an answer (a server ending an idle keep-alive connection), the rest get 200."""
+class LoopbackServer:
+    """A server of this test on a free loopback port: each connection it accepts goes to
+    `_connected`, on its accepting thread."""
 
-    def __init__(self, drops: int):
-        self.drops = drops
-        self.requests = 0
+    def __init__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -30,25 +28,41 @@ class DropsFirst:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.requests += 1
-                if self.requests <= self.drops:
-                    continue  # closed, nothing said
-                body = b'{"ok": true}'
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                    + body
-                )
+            self._connected(conn)
+
+    def _connected(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
     def close(self) -> None:
         self.sock.close()
+
+
+class DropsFirst(LoopbackServer):
+    """A loopback HTTP server that reads each request; the first `drops` connections are closed
+    without an answer (a server ending an idle keep-alive connection), the rest get 200."""
+
+    def __init__(self, drops: int):
+        self.drops = drops
+        self.requests = 0
+        super().__init__()
+
+    def _connected(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            self.requests += 1
+            if self.requests <= self.drops:
+                return  # closed, nothing said
+            body = b'{"ok": true}'
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
 
 
 def test_a_dropped_connection_is_sent_again_once():
@@ -71,26 +85,17 @@ def test_a_server_that_keeps_dropping_is_an_error_after_the_second_try():
         server.close()
 
 
-class KeepsAlive:
+class KeepsAlive(LoopbackServer):
     """A loopback HTTP/1.1 server that answers every request on a connection, and counts the
     connections it was given."""
 
     def __init__(self):
         self.connections = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+    def _connected(self, conn: socket.socket) -> None:
+        self.connections += 1
+        threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn) -> None:
         with conn:
@@ -119,9 +124,6 @@ class KeepsAlive:
                     + f"Content-Length: {len(answer)}\r\n\r\n".encode()
                     + answer
                 )
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_a_connection_is_kept_for_the_next_call():
