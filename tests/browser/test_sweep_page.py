@@ -66,7 +66,7 @@ def test_the_sweep_page_draws_its_trials_and_saves_the_best_as_a_recipe(
     click_and_load(page, page.locator('[data-testid="recipes-link"]'))
     row = page.locator(f'[data-testid="recipe-{recipe.pk}"]')
     arguments = row.locator('[data-testid="recipe-args"]').inner_text()
-    assert f"lr0 {recipe.extra_args['lr0']}" in arguments
+    assert f"lr0 {recipe.extra_args['lr0']:.6g}" in arguments  # six significant digits
     row.locator("input[name=name]").fill("Night best, 64 px")
     click_and_load(page, row.locator("button[type=submit]"))
     assert "Renamed the recipe “Night best” to “Night best, 64 px”." in page.inner_text("main")
