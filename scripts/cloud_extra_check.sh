@@ -7,14 +7,15 @@
 # package (its task parser, its ManagedJobStatus list, its SDK without an API server) and the
 # endpoint's service check (its task and service-spec parsers on
 # Kestrel's SkyServe service) are skipped in the main environment, which has no SkyPilot.
-# CI runs it after the suite (.ci/run); about 4 minutes of install and 20 s of tests here.
+# CI runs it beside the suite (.ci/run), at the lowest priority, on Redis databases the suite
+# leaves alone (its xdist workers take 9 to 14); about 4 minutes of install and 20 s of tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
-"$work/venv/bin/pip" install -q --report "$work/report.json" -e '.[cloud,test]' 2>&1 \
+"$work/venv/bin/pip" install -q --no-compile --report "$work/report.json" -e '.[cloud,test]' 2>&1 \
   | grep -v "is ignored: it is neither a file nor a directory" || true
 [ -s "$work/report.json" ] || { echo "cloud extra: pip did not install it" >&2; exit 1; }
 "$work/venv/bin/python" - "$work/report.json" <<'PY'
@@ -32,7 +33,7 @@ HOME="$work/home" SKYPILOT_DISABLE_LOCAL_API_SERVER=1 \
   DJANGO_SETTINGS_MODULE=config.test_settings \
   DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/kestrel} \
   KESTREL_TEST_DB=test_kestrel_cloud \
-  REDIS_URL=redis://127.0.0.1:6379/12 CELERY_BROKER_URL=redis://127.0.0.1:6379/11 \
+  REDIS_URL=redis://127.0.0.1:6379/6 CELERY_BROKER_URL=redis://127.0.0.1:6379/5 \
   CACHE_KEY_PREFIX=cloud \
   "$work/venv/bin/pytest" -p no:cacheprovider -q -rs -m "not slow" \
   tests/training/test_skypilot.py tests/training/test_skypilot_beat.py \
