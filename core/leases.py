@@ -174,18 +174,28 @@ class Lease:
         failed: BaseException | None = None
 
         def beat() -> None:
+            # Renewed every third of the lease; after a renewal that failed, again a second
+            # later, then with back-off (not a third of the lease later): two failures in a row
+            # must not use up the lease. Nothing but LeaseLost ends this thread: one that died
+            # on an error the database driver raised would let the lease run out under a
+            # worker still at work, leaving the row to the reaper.
+            wait, retry = lease_seconds() / 3, 1.0
             try:
-                while not stop.wait(lease_seconds() / 3):
+                while not stop.wait(wait):
                     try:
                         self.renew()
+                        wait, retry = lease_seconds() / 3, 1.0
                     except LeaseLost:
                         return  # the body's next fenced write finds out too
-                    except DatabaseError:  # SQLite busy with the body's transaction, a blip
-                        logger.warning("%s %s: lease not renewed", self.job.label, self.pk)
-                        # A connection the database ended stays dead: the next beat opens a new one.
+                    except Exception as e:  # noqa: BLE001 - SQLite busy, a connection ended
+                        logger.warning(
+                            "%s %s: lease not renewed (%s)", self.job.label, self.pk, _first_line(e)
+                        )
+                        # A connection the database ended stays dead: the next try opens one.
                         db_connection_reset()
+                        wait, retry = retry, min(retry * 2, lease_seconds() / 3)
             finally:
-                connection.close()
+                db_connection_reset()
 
         thread = threading.Thread(target=beat, name=f"lease-{self.pk}", daemon=True)
         thread.start()
@@ -302,7 +312,7 @@ def db_connection_reset() -> None:
         return
     try:
         connection.close()
-    except DatabaseError:
+    except (DatabaseError, *database_faults()):
         logger.warning("a broken database connection could not be closed", exc_info=True)
 
 

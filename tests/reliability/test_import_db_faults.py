@@ -132,9 +132,10 @@ def ended_while_running(model, pk: int, times: int = 3, every: float = 0.7) -> i
     return ended
 
 
-def final_within_lease(model, pk: int, *, timeout: float = 300):
+def final_within_lease(model, pk: int, *, log: Path, timeout: float = 300):
     """The row once final. Fails as soon as it is running past its lease: from then on only
-    the reaper would take it back (this test runs none), which is what must not be needed."""
+    the reaper would take it back (this test runs none), which is what must not be needed. The
+    failure quotes the end of the worker's `log`: what it said about the lease."""
 
     def final():
         row = model.objects.get(pk=pk)
@@ -144,7 +145,8 @@ def final_within_lease(model, pk: int, *, timeout: float = 300):
         running = bool(row.lease_owner)
         assert not (running and until and until < timezone.now()), (
             f"its lease ran out at {until:%H:%M:%S} while it was still running: the worker gave "
-            "up on it and left it to the reaper"
+            "up on it and left it to the reaper. The worker's log ends:\n"
+            + "\n".join(log.read_text(errors="replace").splitlines()[-25:])
         )
         return None
 
@@ -201,7 +203,7 @@ def test_an_import_whose_connections_are_ended_carries_on_and_imports_each_image
         what="the worker to take the import",
     )
     ended = ended_while_running(Import, imp.pk)
-    imp = final_within_lease(Import, imp.pk)
+    imp = final_within_lease(Import, imp.pk, log=fault_worker.log)
 
     assert ended >= 1, "no connection of the worker was ended: nothing was tested"
     assert imp.status == ImportStatus.SUCCEEDED, imp.error
@@ -246,7 +248,7 @@ def test_a_health_check_whose_connections_are_ended_is_run_again_not_failed(
         what="the worker to take the health check",
     )
     ended = ended_while_running(HealthRun, run.pk)
-    run = final_within_lease(HealthRun, run.pk)
+    run = final_within_lease(HealthRun, run.pk, log=fault_worker.log)
 
     assert ended >= 1, "no connection of the worker was ended: nothing was tested"
     assert run.state == HealthRunState.SUCCEEDED, run.error  # before: failed for good
