@@ -25,10 +25,6 @@ class Workers:
             **os.environ,
             "DATABASE_URL": subprocess_database_url(),
             "DJANGO_SETTINGS_MODULE": "config.test_settings",
-            # Celery's Django fix-up runs Django's system checks at each worker's start, which
-            # imports every URL, view and API schema (3 to 8 s of CPU a worker, a worker or two
-            # a test); a worker serves none of them, and the checks run in tests/config.
-            "CELERY_SKIP_CHECKS": "1",
             **self.env_extra,
             **env_extra,
         }
@@ -46,16 +42,19 @@ class Workers:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=20)
 
-    def stop_all(self) -> None:
-        """At a test's end: SIGKILL to each worker's group, at once. A warm shutdown waited for
-        the running task (a supervisor noticing its trainer gone) and then for the interpreter's
-        teardown of torch, 2 to 9 s a test; a killed worker writes nothing more (its trainer dies
-        with it: PR_SET_PDEATHSIG), and the test's database is emptied after it."""
-        for proc in self.procs:
-            if proc.poll() is not None:
-                continue
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    def stop(self, proc: subprocess.Popen) -> None:
+        """SIGTERM to the worker's group (a warm shutdown); SIGKILL if it does not end."""
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            self.stop(proc)

@@ -68,7 +68,6 @@ class Worker:
             "DATABASE_URL": subprocess_database_url(),
             "DJANGO_SETTINGS_MODULE": "config.test_settings",
             "LONG_JOB_LEASE_SECONDS": str(WORKER_LEASE),
-            "CELERY_SKIP_CHECKS": "1",  # as tests/workers.py: no URL or view is served here
         }
         self.log = log
         self.proc = subprocess.Popen(
@@ -95,6 +94,14 @@ class Worker:
                 pass
         self.proc.wait(timeout=10)
 
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
 
 @pytest.fixture
 def workers(transactional_db, tmp_path):
@@ -106,9 +113,8 @@ def workers(transactional_db, tmp_path):
         return worker
 
     yield start
-    for worker in started:  # at the test's end: killed at once, as tests/workers.py does
-        if worker.proc.poll() is None:
-            worker.kill()
+    for worker in started:
+        worker.stop()
 
 
 def _wait(what, timeout: float = 120.0, every: float = 0.02):
