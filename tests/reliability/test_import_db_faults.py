@@ -291,6 +291,31 @@ def test_the_lease_is_still_renewed_after_its_connection_is_ended(settings):
         )
 
 
+@pytest.mark.postgres_only(ENDED_BY_POSTGRES)
+def test_a_renewal_that_failed_is_tried_again_within_a_second_or_two(settings):
+    """A renewal that failed (its connection ended) is tried again a second later, not a third
+    of the lease later: with a 12 s lease, the next renewal after the ended connection comes
+    about 5 s after the one before it (a beat at 4 s fails, its retry 1 s on), where it came 8 s
+    after it when the thread waited for its next beat."""
+    settings.LONG_JOB_LEASE_SECONDS = 12
+    run = HealthRun.objects.create(dataset=DatasetFactory(), lease_until=queued_until())
+    lease = lease_take(HEALTH_JOB, run.pk)
+
+    def until():
+        return HealthRun.objects.get(pk=run.pk).lease_until
+
+    with lease.kept():
+        taken = until()
+        first = wait_for(
+            lambda: (u := until()) > taken and u, timeout=20, every=0.02, what="a renewal"
+        )
+        renewed_at = time.monotonic()
+        assert connections_end() >= 1  # the renewing thread's, idle until its next beat
+        wait_for(lambda: until() > first, timeout=20, every=0.02, what="a renewal after the fault")
+        gap = time.monotonic() - renewed_at
+    assert gap < 6.5, f"the renewal after the failed one came {gap:.1f} s after the one before"
+
+
 # --- core.leases, on both databases ---------------------------------------------------------------
 
 
