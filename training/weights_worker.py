@@ -88,9 +88,23 @@ def _imgsz(model) -> int | None:
     return None
 
 
+def _epoch(model) -> int | None:
+    """The 1-based epoch a training checkpoint was saved at (None for final weights, which
+    Ultralytics saves with epoch -1)."""
+    epoch = (getattr(model, "ckpt", None) or {}).get("epoch")
+    return (
+        epoch + 1 if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else None
+    )
+
+
 def inspect(weights: Path, reporter: Reporter, name: str | None = None) -> dict:
     model = _load(weights, reporter, name)
-    return {"task": model.task, "class_names": _names(model), "imgsz": _imgsz(model)}
+    return {
+        "task": model.task,
+        "class_names": _names(model),
+        "imgsz": _imgsz(model),
+        "epoch": _epoch(model),
+    }
 
 
 def _failure(error: Exception, weights: Path | None = None, name: str | None = None) -> str:

@@ -2,6 +2,7 @@
 yolo11n from its YAML at imgsz 64 on real images, PostgreSQL for everything that lasts."""
 
 import os
+import re
 import signal
 
 import pytest
@@ -340,6 +341,82 @@ def test_a_job_lost_three_times_fails_with_the_reason(team, project, detect_vers
     assert "lost 3 times" in job.error and "No heartbeat from gone:1:x" in job.error
     attempt = job.attempt_rows.get()
     assert attempt.end_reason == AttemptEnd.LOST and attempt.ended_at == long_ago
+
+
+def _lost_after_its_final_checkpoint(job, **fields):
+    """What a run lost after its final epoch's checkpoint was stored, before its final
+    validation, leaves: every epoch trained and its checkpoints stored, no model, no final
+    metrics (its trainer or worker killed at that moment; a kill cannot be timed to land there
+    every time, so the rows are set as _lost finds them)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    TrainedModel.objects.filter(job=job).delete()
+    long_ago = timezone.now() - timedelta(minutes=5)
+    fields = {"final_metrics": {}, "results": {}, "finished_at": None, "error": "", **fields}
+    TrainingJob.objects.filter(pk=job.pk).update(heartbeat_at=long_ago, **fields)
+    return job_reload(job)
+
+
+def test_a_run_lost_after_its_final_checkpoint_is_finished_from_it_with_no_machine(
+    team, project, detect_version, gpu_local, workers
+):
+    """Before: the next attempt resumed from the final checkpoint, Ultralytics refused it
+    ("training to N epochs is finished, nothing to resume") and the job failed, every epoch
+    trained and paid for. Now: the model is made from the stored best checkpoint, with that
+    epoch's metrics, and no machine or trainer is started; so also by a person's Resume of a job
+    that failed so before."""
+    from training.models import TrainingAttempt
+    from training.services.jobs import job_resume
+
+    job = submit(team, project, detect_version, gpu_local, epochs=2)
+    workers.start()
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED)
+    assert job.state == JobState.SUCCEEDED and job.checkpoint_epoch == 2, job.error
+
+    # The reaper finds the attempt lost (no heartbeat) and queues the job again.
+    long_ago = job.finished_at
+    job = _lost_after_its_final_checkpoint(
+        job, state=JobState.RUNNING, attempts=2, lease_owner="gone:1:x", lease_until=long_ago
+    )
+    TrainingAttempt.objects.create(job=job, number=2, worker="gone:1:x")
+    assert jobs_reap() == 1
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=120)
+    assert job.state == JobState.SUCCEEDED, job.error
+    third = job.attempt_rows.get(number=3)
+    assert third.end_reason == AttemptEnd.FINISHED and third.pid is None  # no trainer
+    assert "No machine was started" in third.message and third.billed_seconds == 0
+    model = TrainedModel.objects.get(job=job)
+    assert model.class_names == ["object"] and model.task == "detect"
+    assert default_storage.exists(model.weights_key)
+    # The best checkpoint's own epoch (Ultralytics' ckpt["epoch"]), and that epoch's metrics.
+    best = int(re.search(r"the model is epoch (\d+)'s checkpoint", third.message)[1])
+    assert best in (1, 2)
+    metrics = {
+        k: v
+        for k, v in job.epoch_metrics.get(epoch=best).values.items()
+        if k.startswith("metrics/")
+    }
+    assert "metrics/mAP50-95(B)" in metrics
+    assert {k: model.metrics[k] for k in metrics} == metrics  # the best epoch's, whole
+    assert not any(k.startswith(("train/", "lr/")) for k in model.metrics)
+    assert job.final_metrics == model.metrics
+    assert [m.epoch for m in job.epoch_metrics.all()] == [1, 2]  # nothing trained again
+
+    # A job that failed so before this (the trainer's "nothing to resume") can be resumed.
+    access = workspace_access_for_user(user=team.editor, slug=team.workspace.slug)
+    job = _lost_after_its_final_checkpoint(
+        job,
+        state=JobState.FAILED,
+        failure_kind="start",
+        error="training to 2 epochs is finished, nothing to resume.",
+    )
+    job_resume(access=access, job=job)
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=120)
+    assert job.state == JobState.SUCCEEDED, job.error
+    assert job.attempt_rows.get(number=4).end_reason == AttemptEnd.FINISHED
+    assert TrainedModel.objects.filter(job=job).count() == 1
 
 
 def test_malformed_or_out_of_order_events_are_dropped_and_counted(

@@ -10,10 +10,12 @@ import tempfile
 from pathlib import Path
 
 import redis
+from django.conf import settings
 from django.utils import timezone
 
+from core.storage import storage_get_file
 from training.metering import refund_platform_failure
-from training.models import AttemptEnd, FailureKind, JobState, TrainingAttempt
+from training.models import AttemptEnd, EpochMetric, FailureKind, JobState, TrainingAttempt
 from training.process.checkpoints import WeightsRefused
 from training.process.events import FENCED
 from training.process.lease import LeaseGone
@@ -193,6 +195,84 @@ class Finish:
         self._cleanup()
         if not stopped:
             self._remove_workdir()
+
+    def _trained_to_the_end(self) -> bool:
+        """Every epoch was trained and its checkpoint stored, but the attempt that trained them
+        ended before its final validation (its trainer or worker lost at that moment)."""
+        job = self.job
+        return bool(
+            job.checkpoint_epoch
+            and job.checkpoint_epoch >= job.epochs
+            and job.inspected_weights.get("last.pt") == job.checkpoint_key
+        )
+
+    def _finish_from_checkpoint(self) -> None:
+        """Ultralytics refuses to resume a run that trained all its epochs ("nothing to
+        resume"), so this attempt starts no machine and no trainer: the job's model is made
+        from its best stored checkpoint (its last when none was kept as best), inspected again
+        for its class names and epoch, with that epoch's validation metrics. Nothing is billed:
+        no machine ran."""
+        job = self.job
+        kept = job.inspected_weights
+        if kept.get("best.pt (training)") == job.best_key:
+            name, key = "best.pt (training)", job.best_key
+        else:
+            name, key = "last.pt", job.checkpoint_key
+        with tempfile.TemporaryDirectory(prefix="kestrel-weights-") as tmp:
+            path = Path(tmp) / "checkpoint.pt"
+            try:
+                storage_get_file(key, path)
+            except OSError as e:
+                self._fail(
+                    f"Every epoch was trained, but its stored checkpoint could not be read "
+                    f"({e.strerror or e}); Resume tries again.",
+                    platform=True,
+                )
+                return
+            answer = self.inspector.inspect(
+                path,
+                name,
+                keep_alive=self._inspection_keep_alive,
+                every=settings.TRAINING_HEARTBEAT_SECONDS,
+            )
+            if self.lost_lease:
+                return
+            result = answer.result or {}
+            if answer.error or not result.get("class_names"):
+                self._fail(
+                    f"Every epoch was trained, but its stored {name} could not be inspected: "
+                    f"{answer.error or 'it names no classes'}",
+                    platform=True,
+                )
+                return
+            epoch = result.get("epoch") if isinstance(result.get("epoch"), int) else None
+            row = EpochMetric.objects.filter(job=job, epoch=epoch or job.checkpoint_epoch).first()
+            metrics = {
+                k: v
+                for k, v in (row.values if row else job.latest_metrics).items()
+                if not k.startswith(("train/", "lr/"))
+            }
+            said = f"epoch {epoch}'s" if epoch else "the last stored"
+            message = (
+                f"All {job.epochs} epochs were trained, but the attempt that trained them ended "
+                f"before its final validation; the model is {said} checkpoint, with that "
+                "epoch's validation metrics. No machine was started."
+            )
+            try:
+                with self._fenced():
+                    self._meter_end(timezone.now())
+                    job = job_locked(job.pk)
+                    with open(path, "rb") as f:
+                        model_from_job(
+                            job=job, best=f, names=result["class_names"], metrics=metrics
+                        )
+                    job_transition(job, JobState.SUCCEEDED, error="", final_metrics=metrics)
+                    self._end_attempt(AttemptEnd.FINISHED, message)
+                    self.job = job
+            except LeaseGone:
+                return
+        logger.info("job %s: %s", job.pk, message)
+        self._cleanup()
 
     def _remove_workdir(self) -> None:
         shutil.rmtree(self._workdir(), ignore_errors=True)

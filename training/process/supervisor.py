@@ -145,6 +145,9 @@ class Supervisor(Start, Beat, Follow, Handlers, Checkpoints, Finish):
                     logger.exception("job %s: releasing its machine failed", self.job.pk)
 
     def _run(self) -> None:
+        if self._trained_to_the_end():
+            self._finish_from_checkpoint()
+            return
         try:
             self._prepare_and_start()
         except WeightsDownloadFailed as e:

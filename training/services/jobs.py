@@ -58,6 +58,9 @@ TRANSITIONS: dict[str, set[str]] = {
     JobState.QUEUED: {JobState.PROVISIONING, JobState.CANCELED, JobState.FAILED},
     JobState.PROVISIONING: {
         JobState.PREPARING,
+        # Every epoch already trained and stored: its model is made from the stored checkpoint
+        # with no machine (training.process.finish: Finish._finish_from_checkpoint).
+        JobState.SUCCEEDED,
         JobState.STOPPING,
         JobState.QUEUED,
         JobState.FAILED,

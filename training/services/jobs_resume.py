@@ -51,6 +51,8 @@ def job_resume_refusal(job: TrainingJob) -> str:
             f"{job.get_state_display().lower()}."
         )
     if job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs:
+        if job.state == JobState.FAILED and job.inspected_weights.get("last.pt"):
+            return ""  # its model is made from the stored checkpoint, with no machine
         return f"{job.title} already trained all {job.epochs} epochs."
     if job.state != JobState.FAILED:
         return ""
