@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,58 @@ def test_a_hung_trainer_is_caught_killed_and_resumed_and_its_hang_is_not_billed(
     _assert_epochs_once(job)
     assert_billed_once(job)
     assert TrainedModel.objects.filter(job=job).exists()
+
+
+def _inspector_of(worker) -> int:
+    """The pid of the checkpoint inspector (`weights_worker serve`) a worker's supervisor runs."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            ppid = int((entry / "stat").read_text().split(")")[-1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == worker.pid and b"training.weights_worker" in argv and b"serve" in argv:
+            return int(entry.name)
+    raise AssertionError("the supervisor runs no checkpoint inspector")
+
+
+@pytest.mark.same_on_any_database("the fault is a process's: the rows are written as elsewhere")
+def test_a_supervisor_held_up_by_an_inspection_does_not_take_its_trainer_for_hung(
+    team, project, detect_version, priced, workers
+):
+    """Fault: a checkpoint's inspection takes longer than the run's pace allows the trainer to
+    be silent (its inspector frozen here; on a loaded machine its first start, importing torch,
+    took 20 s and more), while the trainer trains on. Before: back from the inspection, the
+    supervisor measured the trainer's silence up to the last event it had read, took the
+    trainer for hung and killed it (CI's failures of 2026-12-06). Now: progress sent meanwhile
+    and not yet read is progress; the attempt goes on."""
+    job = submit(team, project, detect_version, priced, epochs=300)  # stopped long before its end
+    worker = workers.start(
+        TRAINING_STALL_FLOOR_SECONDS="10",
+        TRAINING_STALL_FACTOR="10",
+        TRAINING_STALL_CEILING_SECONDS="30",
+    )
+    job = _running_with_checkpoint(job)
+    inspector = _inspector_of(worker)
+    os.kill(inspector, signal.SIGSTOP)  # the next checkpoint's inspection waits: 35 s > 30
+    try:
+        time.sleep(35)
+    finally:
+        os.kill(inspector, signal.SIGCONT)
+    frozen_at = job_reload(job).checkpoint_epoch
+    job = wait_for(
+        lambda: ((j := job_reload(job)).checkpoint_epoch > frozen_at + 1 or not j.is_active) and j,
+        timeout=120,
+        what="checkpoints stored again after the inspection",
+    )
+    attempt = job.attempt_rows.get()  # one attempt: not ended as hung
+    assert job.state == JobState.RUNNING and attempt.ended_at is None, attempt.message
+    assert _alive(attempt.pid)
+    from training.services.jobs import job_cancel
+    from workspaces.selectors import workspace_access_for_user
+
+    job_cancel(access=workspace_access_for_user(user=team.owner, slug=team.workspace.slug), job=job)
+    wait_state(job, JobState.CANCELED, timeout=60)
 
 
 def test_a_frozen_supervisor_thawed_after_its_attempt_was_reaped_writes_nothing(
@@ -220,7 +273,15 @@ def test_checkpoints_on_a_full_disk_are_said_stop_the_run_and_resume_when_space_
     small_disk.fill()
     job = wait_state(job, JobState.STOPPED, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
     assert job.state == JobState.STOPPED, job.error
-    assert "3 checkpoints in a row could not be stored (no space left on device)" in job.error
+    # Three failed stores in a row stop the run. A trainer that outran its supervisor (a loaded
+    # machine) may end first: its model cannot be stored either, and it is stopped all the same,
+    # saying so (before: "succeeded", with no model and "Stopped before the first epoch.").
+    assert (
+        "3 checkpoints in a row could not be stored (no space left on device)" in job.error
+        or "Training finished, but its model could not be stored (no space left on device)"
+        in job.error
+    )
+    assert not TrainedModel.objects.filter(job=job).exists()  # and no row without its weights
     kept = job.checkpoint_epoch
     assert f"Resume: it goes on from epoch {kept}" in job.error
     assert "not stored: no space left on device" in job.notice
@@ -242,6 +303,41 @@ def test_checkpoints_on_a_full_disk_are_said_stop_the_run_and_resume_when_space_
     assert job.notice == ""
     last = job.attempt_rows.order_by("number").last()
     assert last.resumed_from_epoch and last.resumed_from_epoch >= kept
+    _assert_epochs_once(job)
+    assert TrainedModel.objects.filter(job=job).exists()
+    assert_billed_once(job)
+
+
+@pytest.mark.same_on_any_database("the fault is the disk's: the rows are written as elsewhere")
+def test_a_run_that_ends_on_a_full_disk_is_stopped_saying_its_model_was_not_stored(
+    small_disk, team, project, detect_version, priced, workers
+):
+    """Fault: the media disk is full, and the run trains to its end (it stops on failed
+    checkpoint stores only after many, here). Before: the job "succeeded" with no model and the
+    message "Stopped before the first epoch.", a model row could be left without its weights,
+    and nothing said to free space. Now: stopped, saying the model could not be stored and
+    what Resume does; with space back, Resume trains and makes the model."""
+    job = submit(team, project, detect_version, priced, epochs=2)
+    small_disk.fill()  # its images are stored already; no checkpoint will be
+    workers.start(MEDIA_ROOT=str(small_disk.root), TRAINING_CHECKPOINT_STORE_FAILURES="100")
+    job = wait_state(job, JobState.STOPPED, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert job.state == JobState.STOPPED, job.error
+    assert job.checkpoint_epoch is None and job.epochs_done == 2
+    assert job.error == (
+        "Training finished, but its model could not be stored (no space left on device). "
+        "Free space, then Resume: it trains from the start."
+    )
+    assert "not stored: no space left on device" in job.notice
+    assert not TrainedModel.objects.filter(job=job).exists()
+    assert job.attempt_rows.get().end_reason == AttemptEnd.STOPPED
+    small_disk.free()
+    from training.services.jobs import job_resume
+    from workspaces.selectors import workspace_access_for_user
+
+    access = workspace_access_for_user(user=team.owner, slug=team.workspace.slug)
+    job_resume(access=access, job=job)
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert job.state == JobState.SUCCEEDED, job.error
     _assert_epochs_once(job)
     assert TrainedModel.objects.filter(job=job).exists()
     assert_billed_once(job)

@@ -18,6 +18,7 @@ from training import event_schema as schema
 from training.models import JobState
 from training.run_files import MAX_WEIGHTS_BYTES, checkpoints_prune, run_file_open
 from training.services.jobs import job_state_bump
+from training.streams import control_key
 from training.weights_check import REFUSED_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -35,12 +36,13 @@ class Checkpoints:
         folder, then delete the older ones there: never a file anywhere else. Each is copied
         out of the folder and inspected first, and the very bytes inspected are stored; one
         that fails is stored nowhere, and ends the run (`refused`)."""
-        if self.refused:
+        if self.refused or self._cancel_seen():
             return
         base, folder = Path(self.machine.workdir), self._checkpoint_parts()
         stored = {}  # best first: last.pt names the epoch resumed from, so it goes in last
-        if event.best:
-            stored[f"best-{event.epoch}.pt"] = ("best.pt (training)", self.job.best_key)
+        best = event.epoch if event.best else self.best_skipped
+        if best is not None:
+            stored[f"best-{best}.pt"] = ("best.pt (training)", self.job.best_key)
         stored[f"last-{event.epoch}.pt"] = ("last.pt", self.job.checkpoint_key)
         with tempfile.TemporaryDirectory(prefix="kestrel-checkpoint-") as tmp:
             try:
@@ -62,6 +64,7 @@ class Checkpoints:
                             self._checkpoint_not_stored(event.epoch, e)
                             return
                 self.store_failures = 0
+                self.best_skipped = None
                 artifacts, inspected = dict(self.job.artifacts), dict(self.job.inspected_weights)
                 for artifact, key in stored.values():
                     artifacts[artifact] = inspected[artifact] = key
@@ -75,6 +78,21 @@ class Checkpoints:
                 if notice:
                     job_state_bump(self.job.pk)
         checkpoints_prune(base, *folder, stored=event.epoch)  # stored now: the older ones go
+
+    def _checkpoint_superseded(self, event: schema.Checkpoint) -> None:
+        """A later checkpoint was read with this one: only the later is stored (its files
+        supersede these, which its storing prunes), and this one's best-<epoch>.pt with it when
+        this was the best and the later is not."""
+        if event.best:
+            self.best_skipped = event.epoch
+
+    def _cancel_seen(self) -> bool:
+        """Whether the job was cancelled meanwhile: a cancelled run stores nothing more, and is
+        not kept waiting for the inspection of what it would not keep."""
+        if not self.canceling and self.redis.get(control_key(self.job.pk)) == b"cancel":
+            self.canceling = True
+            self.provider.terminate(self.handle, force=True)
+        return self.canceling
 
     def _inspected_copy(self, parts: tuple[str, ...], folder: Path) -> Path:
         """A copy in `folder` of the machine's file workdir/parts... (opened as run_files

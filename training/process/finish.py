@@ -5,12 +5,14 @@ Each end is written in one transaction that still holds the lease, or not at all
 
 import logging
 import math
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import redis
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from core.storage import storage_get_file
@@ -137,8 +139,10 @@ class Finish:
                 job_lost(job, message)
                 if job.state == JobState.QUEUED:
                     epoch = job.checkpoint_epoch
-                    where = f"from epoch {epoch}" if epoch else "from the start"
-                    message = f"{message.rstrip('.')}; the run restarts {where}."
+                    where = f"restarts from epoch {epoch}" if epoch else "restarts from the start"
+                    if epoch and epoch >= job.epochs:
+                        where = "is finished from its stored checkpoint"
+                    message = f"{message.rstrip('.')}; the run {where}."
                 self._end_attempt(AttemptEnd.LOST, message, at=until)
         except LeaseGone:
             return
@@ -171,7 +175,8 @@ class Finish:
                     model = None
                     if best is not None:
                         try:
-                            with open(best, "rb") as f:
+                            # A savepoint: no model row is left without its stored weights.
+                            with transaction.atomic(), open(best, "rb") as f:
                                 model = model_from_job(
                                     job=job,
                                     best=f,
@@ -179,7 +184,10 @@ class Finish:
                                     metrics=self.outcome.final_metrics,
                                 )
                         except OSError as e:
-                            logger.warning("job %s: weights/best.pt not taken: %s", job.pk, e)
+                            logger.warning("job %s: weights/best.pt not stored: %s", job.pk, e)
+                            self._model_not_stored(job, e, now)
+                            self.job = job
+                            return
                     state = JobState.STOPPED if stopped else JobState.SUCCEEDED
                     error = "" if model else "Stopped before the first epoch."
                     if stopped and job.error:  # why it was stopped (credits, budget) stays
@@ -195,6 +203,27 @@ class Finish:
         self._cleanup()
         if not stopped:
             self._remove_workdir()
+
+    def _model_not_stored(self, job, error: OSError, now) -> None:
+        """In the fence: training ended, but storage could not take its model (a full disk).
+        The job is stopped saying so, never "succeeded" without a model; Resume then makes the
+        model from the stored checkpoint (every epoch's stored) or trains on from it. A stop
+        already asked for with its reason (checkpoints that could not be stored) keeps it."""
+        if job.state == JobState.STOPPING and job.error:
+            message = job.error
+        else:
+            reason = (os.strerror(error.errno) if error.errno else str(error)).lower()
+            kept = job.checkpoint_epoch
+            if kept and kept >= job.epochs:
+                then = f"its model is made from the stored checkpoint of epoch {kept}"
+            else:
+                then = f"it goes on from epoch {kept}" if kept else "it trains from the start"
+            message = (
+                f"Training finished, but its model could not be stored ({reason}). Free "
+                f"space, then Resume: {then}."
+            )
+        job_transition(job, JobState.STOPPED, error=message)
+        self._end_attempt(AttemptEnd.STOPPED, message, at=now)
 
     def _trained_to_the_end(self) -> bool:
         """Every epoch was trained and its checkpoint stored, but the attempt that trained them

@@ -18,7 +18,7 @@ from core.storage import storage_delete, storage_exists, storage_get_file
 from training.event_schema import EventRefused, event_parse
 from training.models import TrainingJob
 from training.process.lease import Fault, LeaseGone, db_connection_reset
-from training.process.watchdog import PHASE_WORDS
+from training.process.watchdog import PHASE_WORDS, PROGRESS
 from training.run_files import BEST_WEIGHTS, CHECKPOINTS, RESULTS_CSV, RUN_NAME
 from training.services.jobs import lease_seconds
 from training.streams import control_key, fence_key, kept_key, stream_id, stream_key
@@ -84,7 +84,7 @@ class Follow:
         if self.canceling or not self.caught_up:  # events still waiting are progress unread
             return False
         stall = self.watchdog.stalled(time.time())
-        if stall is None:
+        if stall is None or self._progress_unread():
             return False
         w = self.watchdog
         logger.warning(
@@ -102,6 +102,28 @@ class Follow:
         self.hung, self.hung_phase = stall, PHASE_WORDS[self.watchdog.phase]
         self.provider.terminate(self.handle, force=True)
         return True
+
+    def _newest_checkpoint(self, entries) -> bytes | str | None:
+        """The id of this attempt's last checkpoint event among `entries`: the ones before it
+        are superseded (a trainer faster than the inspections, or a backlog after a fault),
+        and only its files, with the best among the skipped, are inspected and stored."""
+        attempt = str(self.attempt.number).encode()
+        newest = None
+        for entry_id, fields in entries:
+            if fields.get(b"t") == b"checkpoint" and fields.get(b"a") == attempt:
+                newest = entry_id
+        return newest
+
+    def _progress_unread(self) -> bool:
+        """Whether the trainer sent progress that this supervisor has not read yet: it was busy
+        with what it read before (a checkpoint's inspection takes seconds, many more on a loaded
+        machine), and a trainer that went on meanwhile is not hung. Logs and system samples do
+        not count: their threads go on in a trainer whose training loop is stuck."""
+        last = self.last_id.decode() if isinstance(self.last_id, bytes) else self.last_id
+        entries = self.redis.xrange(stream_key(self.job.pk), min=f"({last}", count=500)
+        return any(
+            fields.get(b"t", b"").decode("utf-8", "replace") in PROGRESS for _, fields in entries
+        )
 
     def _read(self) -> bool:
         """One read of the stream, each entry stored before the cursor moves past it. True once
@@ -122,6 +144,7 @@ class Follow:
         replies = self.redis.xread({key: self.last_id}, count=500, block=None if exited else block)
         read = 0
         for _, entries in replies or []:
+            self.newest_checkpoint = self._newest_checkpoint(entries)
             for entry_id, fields in entries:
                 read += 1
                 try:
@@ -190,7 +213,10 @@ class Follow:
             if kind in UNWRITTEN:
                 getattr(self, f"_on_{kind}")(event, seq)
             elif kind == "checkpoint":  # inspected first, unfenced (it takes seconds); it
-                self._on_checkpoint(event, seq)  # stores and writes under the fence itself
+                if entry_id != self.newest_checkpoint:  # a later one was read with it
+                    self._checkpoint_superseded(event)
+                else:  # it stores and writes under the fence itself
+                    self._on_checkpoint(event, seq)
             else:  # what it writes, it writes only while the attempt holds the lease
                 with self._fenced():
                     getattr(self, f"_on_{kind}")(event, seq)

@@ -82,6 +82,8 @@ class Supervisor(Start, Beat, Follow, Handlers, Checkpoints, Finish):
         self.hung_phase = ""  # what it was doing then (training.process.watchdog's phase)
         self.caught_up = True  # the last read emptied the stream
         self.store_failures = 0  # checkpoints in a row that could not be stored
+        self.newest_checkpoint = None  # the last checkpoint event of the entries being read
+        self.best_skipped: int | None = None  # a superseded checkpoint's epoch that was best
         self.quiet_said = False  # whether the page was told the trainer has gone quiet
         # Every checkpoint is inspected, as an upload is, before it is stored: by one worker
         # process for the attempt (started at the first), each file once by its digest.

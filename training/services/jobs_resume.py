@@ -1,7 +1,7 @@
 """Whether Resume can help a job: the one rule read by the job page's button, the live page,
 the API's job and training.services.jobs.job_resume."""
 
-from training.models import FailureKind, JobKind, JobState, TrainingJob
+from training.models import FailureKind, JobKind, JobState, TrainedModel, TrainingJob
 
 # Failures that would happen again as they are: Resume runs the same machine type, data,
 # settings and weights. What the person can do instead.
@@ -51,7 +51,10 @@ def job_resume_refusal(job: TrainingJob) -> str:
             f"{job.get_state_display().lower()}."
         )
     if job.checkpoint_epoch is not None and job.checkpoint_epoch >= job.epochs:
-        if job.state == JobState.FAILED and job.inspected_weights.get("last.pt"):
+        if (
+            job.inspected_weights.get("last.pt")
+            and not TrainedModel.objects.filter(job=job).exists()
+        ):
             return ""  # its model is made from the stored checkpoint, with no machine
         return f"{job.title} already trained all {job.epochs} epochs."
     if job.state != JobState.FAILED:
