@@ -122,6 +122,38 @@ def test_redis_killed_for_a_second_mid_epoch_costs_the_run_nothing(
     assert_billed_once(job)
 
 
+def test_redis_restarted_empty_between_two_events_loses_none_of_them(
+    team, project, detect_version, priced, faulty, own_redis, tmp_path
+):
+    """Fault: Redis restarted empty in a moment while events the supervisor had not read yet
+    were in its stream (the supervisor frozen for 2 s, as an inspection holds it up). The
+    trainer's Redis client reconnects without a word, so the trainer never saw Redis away.
+    Before: its next event made a new stream, was stored first, and the ones lost with the old
+    stream were then forgotten as stored (two epochs' rows missing in CI, 2026-12-06). Now: a
+    stream gone is a Redis that came back empty, and what was not stored is sent again, in
+    order."""
+    import signal
+
+    faulty.env_extra["TRAINING_HEARTBEAT_SECONDS"] = "3"  # a 9 s lease: the freeze is 2 s
+    epochs = 12
+    job = submit(team, project, detect_version, priced, epochs=epochs)
+    log = TrainerLog(job, tmp_path)
+    worker = faulty.start()
+    mid_run(job)
+    os.kill(worker.pid, signal.SIGSTOP)  # its trainer goes on, and its events wait unread
+    try:
+        time.sleep(2.0)
+        in_stream = own_redis.client().xlen(f"training:job:{job.pk}:events")
+        own_redis.outage(0.1)
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    assert in_stream  # the stream the restart takes away
+    job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
+    assert_whole(job, epochs)
+    assert_console_whole(job, log)
+    assert_billed_once(job)
+
+
 def test_redis_gone_for_15_s_and_back_empty_costs_the_run_nothing(
     team, project, detect_version, priced, faulty, own_redis, tmp_path
 ):

@@ -52,6 +52,7 @@ class Events:
         )
         self.drain_seconds = float(spec.get("spool_drain_seconds", SPOOL_DRAIN_SECONDS))
         self._away_since: float | None = None
+        self._stream_made = False  # whether an event of this process made the stream
         self._stop = threading.Event()
         threading.Thread(target=self._drain_loop, daemon=True).start()
 
@@ -80,11 +81,27 @@ class Events:
                 self.spool.append(kind, fields, int(seq))
                 return
             try:
-                self.redis.xadd(self.stream, fields, maxlen=STREAM_MAXLEN, approximate=True)
+                # Once the stream is made, never made again: a stream that is gone means a
+                # Redis that came back empty (restarted with no disk) between two events. Its
+                # client reconnects without a word, so only this says that what was sent and not
+                # yet stored went with it: added now, this event would be stored before them,
+                # and they would be dropped as late (and forgotten here once it is kept).
+                added = self.redis.xadd(
+                    self.stream,
+                    fields,
+                    maxlen=STREAM_MAXLEN,
+                    approximate=True,
+                    nomkstream=self._stream_made,
+                )
             except Exception as e:  # noqa: BLE001 - training goes on; the spool keeps it
                 self.spool.append(kind, fields, int(seq))
                 self._away(e)
                 return
+            if added is None:  # sent again in order, from the last one stored, by the drain
+                self.spool.append(kind, fields, int(seq))
+                self._away(ConnectionError("it came back empty"))
+                return
+            self._stream_made = True
             if kind not in PROGRESS_ONLY:  # progress is never sent again
                 self.spool.append(kind, fields, int(seq), sent=True)
 
@@ -96,12 +113,22 @@ class Events:
                 self._confirmations()
 
     def _confirmations(self) -> None:
-        """Forget what the supervisor says it stored."""
+        """Forget what the supervisor says it stored; send again what was sent but not stored
+        when the stream is gone (a Redis that came back empty after this trainer's last event,
+        its client reconnected without a word)."""
         try:
-            kept = self.redis.get(self.kept_key)
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(self.kept_key)
+            pipe.exists(self.stream)
+            kept, stream = pipe.execute()
         except Exception as e:  # noqa: BLE001 - away: the next drain finds out
             with self._lock:
                 self._away(e)
+            return
+        if not stream and self._stream_made:
+            with self._lock:
+                if self.spool.sent > self.spool.kept:
+                    self._away(ConnectionError("it came back empty"))
             return
         if kept:
             with self._lock:
@@ -127,6 +154,7 @@ class Events:
                     self._away(e)
                     return False
                 self.spool.sent_to(entries[-1][1])
+                self._stream_made = True
             if self._away_since is not None:
                 away = time.monotonic() - self._away_since
                 self._away_since = None
