@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-from django.db import transaction
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from core.errors import ServiceError
@@ -31,12 +32,20 @@ from training.process.checkpoints import Checkpoints
 from training.process.finish import Finish
 from training.process.follow import Follow
 from training.process.handlers import Handlers
-from training.process.lease import Lease, LeaseGone, LeaseHeld, lease_take, worker_name
+from training.process.lease import (
+    Fault,
+    Lease,
+    LeaseGone,
+    LeaseHeld,
+    db_connection_reset,
+    lease_take,
+    worker_name,
+)
 from training.process.prepare import Start
 from training.process.watchdog import Stall, Watchdog
 from training.providers import ProviderError
 from training.run_files import CHECKPOINTS, RUN_NAME, run_file_open
-from training.services.jobs import job_locked, job_transition
+from training.services.jobs import job_locked, job_transition, lease_seconds
 from training.streams import training_redis
 from training.weights_process import CheckpointInspector
 
@@ -180,7 +189,27 @@ class Supervisor(Start, Beat, Follow, Handlers, Checkpoints, Finish):
                 platform=True,
             )
             return
-        self._finish()
+        self._finish_waiting_out_the_database()
+
+    def _finish_waiting_out_the_database(self) -> None:
+        """The attempt's end, written once the database answers: a connection it ended (a
+        restart, pg_terminate_backend) as the run ends is reconnected and the end written again
+        (each end is one transaction, rolled back whole), for as long as the lease would last;
+        past that the reaper has given the attempt up, and the fence turns the write away."""
+        fault = Fault()
+        deadline = time.monotonic() + max(60.0, 2 * lease_seconds())
+        while True:
+            try:
+                self._finish()
+            except (OperationalError, InterfaceError) as e:
+                fault.database(self.job.pk, e)
+                if time.monotonic() > deadline:
+                    raise
+                db_connection_reset()
+                fault.wait(settings.TRAINING_HEARTBEAT_SECONDS)
+                continue
+            fault.clear(self.job.pk)
+            return
 
 
 def run_job(job_id: int) -> str:
