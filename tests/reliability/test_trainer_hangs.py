@@ -168,7 +168,9 @@ def test_a_frozen_supervisor_thawed_after_its_attempt_was_reaped_writes_nothing(
     at its last heartbeat and another worker resumes the job; then SIGCONT. Before: the thawed
     supervisor charged attempt 1 again up to the thaw (overlapping attempt 2) and wrote its end
     time and message over the reaper's. Now: an attempt without its lease writes nothing."""
-    job = submit(team, project, detect_version, priced, epochs=14)
+    # Enough epochs that the trainer is still at work once its checkpoint is stored (the
+    # supervisor inspects before it stores, seconds behind the trainer on a loaded machine).
+    job = submit(team, project, detect_version, priced, epochs=30)
     old_worker = workers.start()
     job = _running_with_checkpoint(job)
     first = job.attempt_rows.get(number=1)

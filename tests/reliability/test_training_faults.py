@@ -210,7 +210,7 @@ def test_postgres_dropping_the_supervisors_connections_loses_nothing(
     """Fault: PostgreSQL ends every connection to the test's database but the test's own
     (pg_terminate_backend, as a restart or a failover does), three times mid-run. The
     supervisor reconnects and stores each event once."""
-    epochs = 16
+    epochs = 30  # still training after the three drops, 4.5 s and more after its epoch 2
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
     faulty.start()

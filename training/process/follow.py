@@ -143,20 +143,23 @@ class Follow:
         # After the exit, everything it wrote is in the stream: one read without waiting.
         replies = self.redis.xread({key: self.last_id}, count=500, block=None if exited else block)
         read = 0
-        for _, entries in replies or []:
-            self.newest_checkpoint = self._newest_checkpoint(entries)
-            for entry_id, fields in entries:
-                read += 1
-                try:
-                    self._handle(fields, entry_id)
-                except LeaseGone:
-                    logger.warning(
-                        "job %s: attempt %s lost its lease; it writes nothing more",
-                        self.job.pk,
-                        self.attempt.number,
-                    )
-                    return False
-                self.last_id = entry_id
+        try:
+            for _, entries in replies or []:
+                self.newest_checkpoint = self._newest_checkpoint(entries)
+                for entry_id, fields in entries:
+                    read += 1
+                    try:
+                        self._handle(fields, entry_id)
+                    except LeaseGone:
+                        logger.warning(
+                            "job %s: attempt %s lost its lease; it writes nothing more",
+                            self.job.pk,
+                            self.attempt.number,
+                        )
+                        return False
+                    self.last_id = entry_id
+        finally:
+            self.newest_checkpoint = None  # an event handled alone supersedes nothing
         self.caught_up = read < 500
         if self.last_seq != self.kept_seq:  # stored: the trainer may forget them
             self.redis.set(kept_key(self.job.pk), self.last_seq, ex=7 * 24 * 3600)
@@ -213,7 +216,7 @@ class Follow:
             if kind in UNWRITTEN:
                 getattr(self, f"_on_{kind}")(event, seq)
             elif kind == "checkpoint":  # inspected first, unfenced (it takes seconds); it
-                if entry_id != self.newest_checkpoint:  # a later one was read with it
+                if self.newest_checkpoint not in (None, entry_id):  # a later one came with it
                     self._checkpoint_superseded(event)
                 else:  # it stores and writes under the fence itself
                     self._on_checkpoint(event, seq)
