@@ -267,17 +267,22 @@ def test_a_health_check_whose_connections_are_ended_is_run_again_not_failed(
     assert found == findings()
 
 
+def _health_lease():
+    """A health run's lease taken, and a reader of how far it runs now."""
+    run = HealthRun.objects.create(dataset=DatasetFactory(), lease_until=queued_until())
+
+    def until():
+        return HealthRun.objects.get(pk=run.pk).lease_until
+
+    return lease_take(HEALTH_JOB, run.pk), until
+
+
 @pytest.mark.postgres_only(ENDED_BY_POSTGRES)
 def test_the_lease_is_still_renewed_after_its_connection_is_ended(settings):
     """The thread that renews a lease connects again once PostgreSQL ended its connection;
     before, it failed at every beat after, and the lease ran out under a job still working."""
     settings.LONG_JOB_LEASE_SECONDS = 1.5
-    run = HealthRun.objects.create(dataset=DatasetFactory(), lease_until=queued_until())
-    lease = lease_take(HEALTH_JOB, run.pk)
-
-    def until():
-        return HealthRun.objects.get(pk=run.pk).lease_until
-
+    lease, until = _health_lease()
     with lease.kept():
         taken = until()
         wait_for(lambda: until() > taken, timeout=20, every=0.05, what="a first renewal")
@@ -298,12 +303,7 @@ def test_a_renewal_that_failed_is_tried_again_within_a_second_or_two(settings):
     about 5 s after the one before it (a beat at 4 s fails, its retry 1 s on), where it came 8 s
     after it when the thread waited for its next beat."""
     settings.LONG_JOB_LEASE_SECONDS = 12
-    run = HealthRun.objects.create(dataset=DatasetFactory(), lease_until=queued_until())
-    lease = lease_take(HEALTH_JOB, run.pk)
-
-    def until():
-        return HealthRun.objects.get(pk=run.pk).lease_until
-
+    lease, until = _health_lease()
     with lease.kept():
         taken = until()
         first = wait_for(

@@ -129,9 +129,7 @@ class Follow:
         """One read of the stream, each entry stored before the cursor moves past it. True once
         the trainer has exited and everything it wrote is stored."""
         key = stream_key(self.job.pk)
-        if not self.canceling and self.redis.get(control_key(self.job.pk)) == b"cancel":
-            self.canceling = True  # at once, not at the next heartbeat
-            self.provider.terminate(self.handle, force=True)
+        self._cancel_seen()  # at once, not at the next heartbeat
         beat_every = settings.TRAINING_HEARTBEAT_SECONDS
         if self.outcome.done is not None or self.outcome.error:
             # The trainer said its last word; it is exiting. Look often, not every second.
