@@ -124,6 +124,17 @@ elif env.bool("DB_POOL", default=False):
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The predict calls' caller lookup as a statement prepared on each PostgreSQL connection
+# (workspaces.selectors): off behind a pooler that cannot keep prepared statements (PgBouncer's
+# transaction mode before 1.21).
+DB_PREPARED_LOOKUPS = env.bool("DB_PREPARED_LOOKUPS", default=True)
+if DB_PREPARED_LOOKUPS and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Planned once for any values: prepared statements are these lookups alone (Django
+    # prepares none), and PostgreSQL's own choice planned each call's values again.
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options["options"] = (
+        _options.get("options", "") + " -c plan_cache_mode=force_generic_plan"
+    ).strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")

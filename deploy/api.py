@@ -99,34 +99,51 @@ def _caller_fingerprint(request: HttpRequest) -> str | None:
     return _session_fingerprint(session_key) if session_key else None
 
 
+def _kept_seconds() -> float:
+    return getattr(settings, "PREDICT_KEY_KEPT_SECONDS", KEY_KEPT_SECONDS)
+
+
+def _caller_kept(
+    caller: str, model_id: int, public: bool
+) -> tuple[tuple[WorkspaceAccess, TrainedModel] | None, Verdict | None, bytes | None]:
+    """What this process kept for the caller (a fingerprint, _caller_fingerprint) and model,
+    checked as the call is counted against the plan's rate limit: ((access, model), verdict,
+    counter) when it still holds; (None, verdict, counter) when a key was revoked anywhere since
+    (the call is counted: the caller is looked up again); (None, None, None) when nothing is
+    kept."""
+    kept = _kept.get((caller, model_id, public))
+    if kept is None or time.monotonic() >= kept[0] or _kept_seconds() <= 0:
+        return None, None, None
+    _, revocations, access, model = kept
+    verdict, seen = rate_take_reading(
+        who=rate_who(access), limit=rate_limit_of(model.workspace.plan), read=REVOCATIONS
+    )
+    if seen == revocations:
+        return (access, model), verdict, seen
+    _kept.pop((caller, model_id, public), None)
+    return None, verdict, seen
+
+
 def _caller(
     request: HttpRequest, model_id: int, *, public: bool = False
 ) -> tuple[WorkspaceAccess, TrainedModel, Verdict | None]:
     """_caller_lookup, kept for a moment (an API key or a browser session); and the rate limit's
     verdict when the call was counted with the check that what was kept still holds."""
     caller = _caller_fingerprint(request)
-    seconds = getattr(settings, "PREDICT_KEY_KEPT_SECONDS", KEY_KEPT_SECONDS)
+    seconds = _kept_seconds()
     if caller is None or seconds <= 0:
         return (*_caller_lookup(request, model_id, public=public), None)
-    slot = (caller, model_id, public)
-    kept = _kept.get(slot)
-    verdict = None
-    if kept is not None and time.monotonic() < kept[0]:
-        _, revocations, access, model = kept
-        verdict, seen = rate_take_reading(
-            who=rate_who(access), limit=rate_limit_of(model.workspace.plan), read=REVOCATIONS
-        )
-        if seen == revocations:
-            return access, model, verdict
-    else:
+    found, verdict, seen = _caller_kept(caller, model_id, public)
+    if found is not None:
+        return (*found, verdict)
+    if verdict is None:
         seen = api_key_revocations_read()  # before the lookup: a revocation after it shows
-    _kept.pop(slot, None)
     access, model = _caller_lookup(request, model_id, public=public)
     if len(_kept) >= KEY_KEPT_MAX:
         _kept.clear()
         _sessions_kept.clear()
     until = time.monotonic() + seconds
-    _kept[slot] = (until, seen, access, model)
+    _kept[(caller, model_id, public)] = (until, seen, access, model)
     if caller.startswith("s:"):
         _sessions_kept[caller] = until
     return access, model, verdict
@@ -216,24 +233,14 @@ def deployment_predict(request: HttpRequest, slug: str):
     """The deployment's model on one image; the URL stays when the model behind it changes.
     As the shared API, it keeps no image unless the deployment's collection rule is on."""
     started = time.perf_counter()
-    # Read on every call (not kept as the caller is): a restart on a new port, a swap or a
-    # stop reaches the very next call.
-    deployment = (
-        Deployment.objects.only(
-            *("id", "slug", "state", "port", "url", "placement", "desired_running"),
-            *("model_id", "workspace_id"),
-        )
-        .annotate(
-            collect_rule_id=Subquery(
-                collection_rules_on().filter(deployment=OuterRef("pk")).values("pk")[:1]
-            )
-        )
-        .filter(slug=slug)
-        .first()
-    )
+    deployment = _deployment_row(slug)
     if deployment is None:
         raise Http404("No such deployment.")
-    access, model, verdict = _caller(request, deployment.model_id)
+    try:
+        access, model, verdict = _caller(request, deployment.model_id)
+    except Http404:
+        # Another team's endpoint is answered as an unknown one, not by its model's lookup.
+        raise Http404("No such deployment.") from None
     if access.workspace.pk != deployment.workspace_id:
         raise Http404("No such deployment.")
     server_url, server_secret = endpoint_route(deployment)  # from the row: any web process
@@ -254,6 +261,24 @@ def deployment_predict(request: HttpRequest, slug: str):
         collect_rule_id=deployment.collect_rule_id,
         started=started,
         verdict=verdict,
+    )
+
+
+def _deployment_row(slug: str) -> Deployment | None:
+    """The deployment behind /d/<slug>/: read on every call (not kept as the caller is), so a
+    restart on a new port, a swap or a stop reaches the very next call."""
+    return (
+        Deployment.objects.only(
+            *("id", "slug", "state", "port", "url", "placement", "desired_running"),
+            *("model_id", "workspace_id"),
+        )
+        .annotate(
+            collect_rule_id=Subquery(
+                collection_rules_on().filter(deployment=OuterRef("pk")).values("pk")[:1]
+            )
+        )
+        .filter(slug=slug)
+        .first()
     )
 
 

@@ -347,13 +347,47 @@ def _presented_key_row(rows, *, workspace: str, prefix: str, now, pk: int):
     return _statement_row(statement, (prefix, now, pk))
 
 
+def _statement_cursor(connection):
+    """A cursor for a lookup compiled once. On PostgreSQL (unless DB_PREPARED_LOOKUPS is off),
+    one that sends its values apart from the SQL and has the statement prepared on the
+    connection: PostgreSQL spent 1.4 ms planning the key lookup for 0.08 ms of running it
+    (EXPLAIN ANALYZE), and a prepared statement is planned once per connection, with a plan
+    for any values (plan_cache_mode, set on the connection by config/settings.py); Django's
+    own cursors put the values into the SQL text, which is planned afresh each time. Through
+    Django's cursor wrapper all the same: counted and logged as any query."""
+    if (
+        connection.vendor != "postgresql"
+        or _PreparedCursor is None
+        or not settings.DB_PREPARED_LOOKUPS
+    ):
+        return connection.cursor()
+    connection.ensure_connection()
+    return connection._prepare_cursor(_PreparedCursor(connection.connection))
+
+
+try:
+    from django.db.backends.postgresql.base import ServerBindingCursor as _ServerBinding
+
+    class _PreparedCursor(_ServerBinding):
+        def execute(self, query, params=None, *, prepare=None, binary=None):
+            raw = self.connection
+            if raw.prepare_threshold is None:
+                # Django turns psycopg's preparing off (None), which refuses prepare=True too;
+                # a threshold no other statement reaches prepares these alone.
+                raw.prepare_threshold = 2**31 - 1
+            return super().execute(query, params, prepare=True, binary=binary)
+
+except ImportError:  # no psycopg 3: SQLite only
+    _PreparedCursor = None
+
+
 def _statement_row(statement, values: tuple):
     """The one row (or None) of a statement compiled once, run with this call's `values`."""
     db, compiler, sql, params, slots = statement
     bound = list(params)
     for slot, value in zip(slots, values, strict=True):
         bound[slot] = value
-    with connections[db].cursor() as cursor:
+    with _statement_cursor(connections[db]) as cursor:
         cursor.execute(sql, bound)
         found = cursor.fetchmany(1)
     if not found:

@@ -182,3 +182,31 @@ def test_one_query_and_last_use_written_at_most_once_a_minute(
     with django_assert_num_queries(1):
         assert fast_model.class_names == ["bird"]
     assert access.api_key.scopes == ["predict"]
+
+
+@pytest.mark.postgres_only("prepared statements and their plans are PostgreSQL's")
+def test_the_lookup_is_a_statement_prepared_once_and_planned_once_per_connection(
+    team, model, settings
+):
+    """PostgreSQL planned the key lookup in 1.4 ms for 0.08 ms of running it; prepared with a
+    generic plan, later calls on the connection skip the planning (workspaces.selectors)."""
+    from django.db import connection
+
+    def lookups() -> list[tuple[int, int]]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE %s",
+                ['SELECT "training_trainedmodel"."id"%'],
+            )
+            return cursor.fetchall()
+
+    _, raw = _key(team)
+    settings.DB_PREPARED_LOOKUPS = False
+    assert _fast(raw, model.pk)[1].pk == model.pk
+    assert lookups() == []
+    settings.DB_PREPARED_LOOKUPS = True
+    for _ in range(3):  # prepared, it answers exactly as the general path
+        assert _same(raw, model.pk) == "ok"
+    assert lookups() and all(custom == 0 for _, custom in lookups())
+    assert sum(generic for generic, _ in lookups()) >= 3

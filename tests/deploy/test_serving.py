@@ -12,6 +12,7 @@ from PIL import Image as PILImage
 from deploy.models import ExportState, ModelExport, UsageDay
 from deploy.tasks import export_run
 from deploy.usage import usage_flush
+from tests.deploy.asgi_calls import asgi_post, short_way_count
 from tests.training.factories import trained_model_row
 from workspaces.services.keys import api_key_create
 
@@ -94,3 +95,41 @@ def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     usage_flush()
     row = UsageDay.objects.get(model=model)
     assert (row.calls, row.images, row.errors) == (2, 2, 0)
+
+
+@pytest.mark.django_db(transaction=True)  # the web's application runs views on its own threads
+@pytest.mark.same_on_any_database(
+    "the model's answer is what is compared; the short way's rows are tested on both in "
+    "tests/deploy/test_predict_route.py"
+)
+def test_the_short_way_answers_what_the_full_way_answers(
+    team, confident_yolo_models, inference_server, settings
+):
+    """Through the web's own ASGI application (the short way, config.predict_route), and
+    through Django's whole handler (the test client): the model's answer is the same."""
+    settings.INFERENCE_URL = inference_server.url
+    model = trained_model_row(
+        workspace=team.workspace,
+        class_names=["person"],
+        weights=Path(confident_yolo_models["detect"]).read_bytes(),
+    )
+    _, raw = api_key_create(access=team.access("owner"), name="curl", scopes=["predict"])
+    auth = {"Authorization": f"Bearer {raw}"}
+    before = short_way_count()
+    short = asgi_post(
+        f"/api/v1/models/{model.pk}/predict",
+        headers=auth,
+        files={"file": ("a.jpg", IMAGE.read_bytes(), "image/jpeg")},
+        data={"conf": "0.25", "imgsz": "320"},
+    )
+    assert short_way_count() == before + 1
+    full = _predict(Client(headers=auth), model, conf="0.25", imgsz="320")
+    answers = []
+    for response in (short, full):
+        assert response.status_code == 200, response.content
+        body = response.json()
+        for image in body["images"]:
+            image.pop("speed")  # the model's own times, and the call's:
+        body["metadata"].pop("functionTimeCall")
+        answers.append(body)
+    assert answers[0] == answers[1] and answers[0]["images"][0]["results"]
