@@ -16,10 +16,23 @@
 # celery below 5.7, ...). The rest, torch and Ultralytics among it, is read from .venv, after
 # the new environment's own packages (a .pth line), at the very versions pip picked. Installing
 # everything again cost 2 to 3 minutes of CI's 45, mostly unpacking torch once more.
+#
+#   scripts/cloud_extra_check.sh                both, in a folder of its own
+#   scripts/cloud_extra_check.sh install DIR    the environment, in DIR (.ci/run: beside the
+#   scripts/cloud_extra_check.sh test DIR       suite's SQLite run, niced), then its tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+phase=${1:-all}
+if [ "$phase" = all ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+else
+  work=${2:?"cloud_extra_check.sh $phase needs its folder"}
+fi
+
+install() {
+rm -f "$work/installed"
+rm -rf "$work/venv"
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --upgrade pip 2>&1 | grep -v "is ignored: it is neither" || true
 "$work/venv/bin/pip" install -q --dry-run --ignore-installed --report "$work/report.json" \
@@ -57,6 +70,11 @@ if wrong:
     sys.exit(f"cloud extra: imported versions differ from pip's picks: {wrong}")
 print("cloud extra installs:", ", ".join(f"{n} {v}" for n, v in picked.items()), f"({len(resolved)} packages)")
 PY
+touch "$work/installed"
+}
+
+tests() {
+[ -f "$work/installed" ] || { echo "cloud extra: not installed in $work" >&2; exit 1; }
 # The tests import Kestrel from this checkout (the repo root is pytest's rootdir), with
 # SkyPilot from the new environment; SkyPilot's own files go to a home of the run's own.
 mkdir -p "$work/home"
@@ -70,3 +88,11 @@ HOME="$work/home" SKYPILOT_DISABLE_LOCAL_API_SERVER=1 \
   tests/training/test_skypilot.py tests/training/test_skypilot_beat.py \
   tests/training/test_gpu_admin.py \
   "tests/deploy/test_endpoint_skyserve.py::test_skypilots_own_parsers_load_the_service"
+}
+
+case "$phase" in
+  all) install; tests ;;
+  install) install ;;
+  test) tests ;;
+  *) echo "cloud_extra_check.sh: all, install DIR or test DIR, not '$phase'" >&2; exit 2 ;;
+esac

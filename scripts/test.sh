@@ -50,6 +50,12 @@ for database in ${KESTREL_TEST_DATABASES:-postgres sqlite}; do
       ran_postgres=1
       ;;
     sqlite)
+      # What CI starts beside this run (KESTREL_TEST_BESIDE_SQLITE, .ci/run: the cloud extra's
+      # install), niced: its timing-bound fault tests run on PostgreSQL's run, not this one.
+      if [ -n "${KESTREL_TEST_BESIDE_SQLITE:-}" ]; then
+        nice -n 10 bash -c "$KESTREL_TEST_BESIDE_SQLITE" &
+        beside=$!
+      fi
       # Test databases are files under a folder of the run's own (one per xdist worker).
       sqlite_dir=$(mktemp -d -t kestrel-test-sqlite-XXXXXX)
       # After a PostgreSQL run, leave out what it has shown and no database changes (tests
@@ -69,4 +75,7 @@ for database in ${KESTREL_TEST_DATABASES:-postgres sqlite}; do
   fi
   rm -rf "${sqlite_dir:-/nonexistent}"
 done
+if [ -n "${beside:-}" ]; then
+  wait "$beside" || echo "=== What ran beside the SQLite run failed: $KESTREL_TEST_BESIDE_SQLITE ===" >&2
+fi
 exit "$status"

@@ -44,17 +44,32 @@ class Workers:
 
     def stop(self, proc: subprocess.Popen) -> None:
         """SIGTERM to the worker's group (a warm shutdown); SIGKILL if it does not end."""
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        self._term(proc)
+        self._wait(proc)
 
     def stop_all(self) -> None:
+        """Each worker told at once, then each waited for: their warm shutdowns overlap (one
+        after the other, a test with three workers waited for three)."""
         for proc in self.procs:
-            self.stop(proc)
+            self._term(proc)
+        for proc in self.procs:
+            self._wait(proc)
+
+    @staticmethod
+    def _term(proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    @staticmethod
+    def _wait(proc: subprocess.Popen) -> None:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
