@@ -198,7 +198,12 @@ def process_start(deployment: Deployment) -> Deployment:
             time.sleep(0.3)
         exited = proc.poll() is not None
         _stop(deployment, proc.pid)
-        if not (exited and not _port_free(port) and attempt < PORT_TRIES):
+        # Its port taken: by a process that still holds it, or by one that has let it go by
+        # now (another worker's endpoint, stopped meanwhile), which only its log tells.
+        lost_port = exited and (
+            not _port_free(port) or "address already in use" in log_tail(deployment)[-2000:]
+        )
+        if not (lost_port and attempt < PORT_TRIES):
             break
     tail = log_tail(deployment).strip().splitlines()[-5:]
     Deployment.objects.filter(pk=deployment.pk).update(

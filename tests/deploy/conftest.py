@@ -185,3 +185,17 @@ def inference_server(tmp_path_factory):
     )
     yield server
     server.stop()
+
+
+def predict_counters_clear() -> None:
+    """No rate-limit count, pending usage or cached row left by another test."""
+    from django.core.cache import cache
+
+    from deploy.ratelimit import _redis
+    from deploy.usage import PENDING
+
+    r = _redis()
+    for key in r.scan_iter("kestrel:ratelimit:*"):
+        r.delete(key)
+    r.delete(PENDING)
+    cache.clear()

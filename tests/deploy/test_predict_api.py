@@ -5,14 +5,14 @@ import base64
 import io
 
 import pytest
-from django.core.cache import cache
 from django.test import Client
 from PIL import Image as PILImage
 
 from deploy.models import UsageDay
-from deploy.ratelimit import _redis, rate_take
-from deploy.usage import PENDING, usage_flush
+from deploy.ratelimit import rate_take
+from deploy.usage import usage_flush
 from tests.clock import well_inside_a_minute
+from tests.deploy.conftest import predict_counters_clear
 from tests.training.factories import trained_model_row
 from training.models import JobState
 from workspaces.models import Membership
@@ -30,11 +30,7 @@ def _jpeg(width=64, height=48) -> bytes:
 @pytest.fixture(autouse=True)
 def _fresh_redis(settings):
     settings.INFERENCE_URL = "http://127.0.0.1:9"  # nothing listens: the server is "down"
-    r = _redis()
-    for key in r.scan_iter("kestrel:ratelimit:*"):
-        r.delete(key)
-    r.delete(PENDING)
-    cache.clear()
+    predict_counters_clear()
 
 
 @pytest.fixture

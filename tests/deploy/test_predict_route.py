@@ -7,15 +7,14 @@ No model server: an admitted call is 503."""
 import io
 
 import pytest
-from django.core.cache import cache
 from django.test import Client
 from PIL import Image as PILImage
 
 from deploy.models import Deployment, DeploymentState, UsageDay
-from deploy.ratelimit import _redis
-from deploy.usage import PENDING, usage_flush
+from deploy.usage import usage_flush
 from tests.clock import well_inside_a_minute
 from tests.deploy.asgi_calls import asgi_post, short_way_count
+from tests.deploy.conftest import predict_counters_clear
 from tests.training.factories import trained_model_row
 from workspaces.selectors import workspace_access_for_user
 from workspaces.services.keys import api_key_create, api_key_revoke
@@ -38,11 +37,7 @@ CHAIN_HEADERS = (
 def _quiet(settings):
     settings.INFERENCE_URL = "http://127.0.0.1:9"  # nothing listens: an admitted call is 503
     settings.PREDICT_KEY_KEPT_SECONDS = 60  # a slow machine's next call still finds it kept
-    r = _redis()
-    for key in r.scan_iter("kestrel:ratelimit:*"):
-        r.delete(key)
-    r.delete(PENDING)
-    cache.clear()
+    predict_counters_clear()
 
 
 @pytest.fixture

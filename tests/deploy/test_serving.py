@@ -27,6 +27,17 @@ def _predict(client, model, **params):
         return client.post(f"/api/v1/models/{model.pk}/predict", {"file": f, **params})
 
 
+def _served(team, models) -> tuple:
+    """A model sure of class 0 in the team's workspace, and a predict key's raw value."""
+    model = trained_model_row(
+        workspace=team.workspace,
+        class_names=["person"],
+        weights=Path(models["detect"]).read_bytes(),
+    )
+    _, raw = api_key_create(access=team.access("owner"), name="curl", scopes=["predict"])
+    return model, raw
+
+
 def _iou(a: dict, b: dict) -> float:
     w = max(0.0, min(a["x2"], b["x2"]) - max(a["x1"], b["x1"]))
     h = max(0.0, min(a["y2"], b["y2"]) - max(a["y1"], b["y1"]))
@@ -45,12 +56,7 @@ def test_the_api_answers_in_the_platform_shape_then_serves_the_onnx_export(
     team, confident_yolo_models, inference_server, settings
 ):
     settings.INFERENCE_URL = inference_server.url
-    model = trained_model_row(
-        workspace=team.workspace,
-        class_names=["person"],
-        weights=Path(confident_yolo_models["detect"]).read_bytes(),
-    )
-    _, raw = api_key_create(access=team.access("owner"), name="curl", scopes=["predict"])
+    model, raw = _served(team, confident_yolo_models)
     client = Client(headers={"Authorization": f"Bearer {raw}"})
     response = _predict(client, model, conf="0.25", imgsz="320")
     assert response.status_code == 200, response.content
@@ -108,12 +114,7 @@ def test_the_short_way_answers_what_the_full_way_answers(
     """Through the web's own ASGI application (the short way, config.predict_route), and
     through Django's whole handler (the test client): the model's answer is the same."""
     settings.INFERENCE_URL = inference_server.url
-    model = trained_model_row(
-        workspace=team.workspace,
-        class_names=["person"],
-        weights=Path(confident_yolo_models["detect"]).read_bytes(),
-    )
-    _, raw = api_key_create(access=team.access("owner"), name="curl", scopes=["predict"])
+    model, raw = _served(team, confident_yolo_models)
     auth = {"Authorization": f"Bearer {raw}"}
     before = short_way_count()
     short = asgi_post(
