@@ -59,7 +59,15 @@ class PredictRoute:
     def __init__(self, app):
         self.app = app
         self.answered = 0
-        self._middleware = None
+        middleware = [
+            import_string(path)(_no_view)
+            for path in SHORT_WAY_MIDDLEWARE
+            if path in settings.MIDDLEWARE
+        ]
+        self._on_request = [m.process_request for m in middleware if hasattr(m, "process_request")]
+        self._on_response = [
+            m.process_response for m in reversed(middleware) if hasattr(m, "process_response")
+        ]
 
     async def __call__(self, scope, receive, send) -> None:
         match = _route(scope)
@@ -93,10 +101,8 @@ class PredictRoute:
         request = ASGIRequest(scope, io.BytesIO(body))
         try:
             request.get_host()
-            middleware = self._middleware_for()
-            for m in middleware:
-                if hasattr(m, "process_request") and m.process_request(request) is not None:
-                    return _full_way()
+            if any(step(request) is not None for step in self._on_request):
+                return _full_way()
             if not _authenticated(request):
                 return _full_way()
         except DisallowedHost:
@@ -114,26 +120,16 @@ class PredictRoute:
             response = (api if slug is None else endpoints).on_exception(request, exc)
         if "Server-Timing" in response:  # which way it took, for the bench and a browser's tools
             response["Server-Timing"] += ", short"
-        for m in reversed(middleware):
-            if hasattr(m, "process_response"):
-                response = m.process_response(request, response)
+        for step in self._on_response:
+            response = step(request, response)
         if response.status_code >= 400:  # logged as Django's handler logs it
             log_response(
                 "%s: %s", response.reason_phrase, request.path, response=response, request=request
             )
         return response
 
-    def _middleware_for(self) -> list:
-        if self._middleware is None:
-            self._middleware = [
-                import_string(path)(_no_view)
-                for path in SHORT_WAY_MIDDLEWARE
-                if path in settings.MIDDLEWARE
-            ]
-        return self._middleware
 
-
-def _no_view(request):  # the header middlewares' get_response, never called here
+def _no_view(request):  # the middlewares' get_response, never called here
     raise AssertionError("not called")
 
 
@@ -167,9 +163,10 @@ def _credentials_sent(scope: dict) -> bool:
     for name, value in scope["headers"]:
         if name == b"authorization" and value[:7].lower() == b"bearer ":
             return True
-        if name == b"cookie":
-            name = settings.SESSION_COOKIE_NAME
-            return bool(parse_cookie(value.decode("latin-1")).get(name))
+        if name == b"cookie" and parse_cookie(value.decode("latin-1")).get(
+            settings.SESSION_COOKIE_NAME
+        ):
+            return True
     return False
 
 

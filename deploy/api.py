@@ -112,7 +112,7 @@ def _caller_kept(
     (the call is counted: the caller is looked up again); (None, None, None) when nothing is
     kept."""
     kept = _kept.get((caller, model_id, public))
-    if kept is None or time.monotonic() >= kept[0] or _kept_seconds() <= 0:
+    if kept is None or time.monotonic() >= kept[0]:
         return None, None, None
     _, revocations, access, model = kept
     verdict, seen = rate_take_reading(
