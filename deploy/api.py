@@ -26,7 +26,13 @@ from training.platform_files import weights_filename
 from workspaces.api import SessionAuth
 from workspaces.permissions import Perm
 from workspaces.revocations import REVOCATIONS, api_key_revocations_read
-from workspaces.selectors import KeyRefused, PresentedKey, WorkspaceAccess, row_for_caller
+from workspaces.selectors import (
+    KeyRefused,
+    PresentedKey,
+    WorkspaceAccess,
+    row_for_caller,
+    statement_first,
+)
 
 router = Router(tags=["inference"])
 
@@ -174,7 +180,7 @@ def _caller_lookup(
     except Http404:
         if not public or isinstance(request.auth, PresentedKey):
             raise
-        model = models_for_predict().filter(pk=model_id, is_public=True).first()
+        model = statement_first(_public_models, probes=(_PROBE_PK,), values=(model_id,))
         if model is None:
             raise
         access = model_public_access(user=request.user, model=model)
@@ -182,6 +188,13 @@ def _caller_lookup(
         access = model_public_access(user=request.user, model=model)  # a viewer of its team
     access.require(Perm.PREDICT)
     return access, model
+
+
+_PROBE_PK = -(2**62)
+
+
+def _public_models(pk: int):
+    return models_for_predict().filter(pk=pk, is_public=True)
 
 
 @router.post("/models/{model_id}/predict", auth=PREDICT_AUTH)
@@ -266,7 +279,15 @@ def deployment_predict(request: HttpRequest, slug: str):
 
 def _deployment_row(slug: str) -> Deployment | None:
     """The deployment behind /d/<slug>/: read on every call (not kept as the caller is), so a
-    restart on a new port, a swap or a stop reaches the very next call."""
+    restart on a new port, a swap or a stop reaches the very next call; its statement compiled
+    once and prepared, as the caller lookup."""
+    return statement_first(_deployment_rows, probes=(_PROBE_SLUG,), values=(slug,))
+
+
+_PROBE_SLUG = "/probe-slug/"  # no slug has a slash
+
+
+def _deployment_rows(slug: str):
     return (
         Deployment.objects.only(
             *("id", "slug", "state", "port", "url", "placement", "desired_running"),
@@ -278,7 +299,6 @@ def _deployment_row(slug: str) -> Deployment | None:
             )
         )
         .filter(slug=slug)
-        .first()
     )
 
 

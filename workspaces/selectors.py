@@ -336,6 +336,24 @@ def _statement_compiled(queryset: QuerySet, probes: tuple):
     return queryset.db, compiler, sql, params, slots
 
 
+@functools.cache
+def _first_statement(rows_of, probes: tuple):
+    return _statement_compiled(rows_of(*probes).order_by()[:1], probes)
+
+
+def statement_first(rows_of: Callable[..., QuerySet[M]], *, probes: tuple, values: tuple):
+    """The row of `rows_of(*values)` (a query that finds at most one), or None: its statement
+    compiled by the ORM once per process with `probes` (values no call binds, one per
+    argument, of the arguments' types) in place of the call's, and prepared on PostgreSQL as
+    the caller lookup is (_statement_cursor). For a lookup on every prediction (deploy.api),
+    where compiling and planning cost more than running it. `rows_of` must be a module-level
+    function: the compiled statement is kept per function."""
+    statement = _first_statement(rows_of, probes)
+    if statement is None:
+        return rows_of(*values).first()
+    return _statement_row(statement, values)
+
+
 def _presented_key_row(rows, *, workspace: str, prefix: str, now, pk: int):
     """The row of `_presented_key_rows` (None for none); `rows` a function returning the
     queryset runs the statement compiled once, a queryset is compiled for this call."""

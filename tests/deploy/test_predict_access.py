@@ -19,6 +19,7 @@ from workspaces.selectors import (
     KeyRefused,
     PresentedKey,
     row_for_caller,
+    statement_first,
     workspace_access_for_api_key,
     workspace_access_for_user,
 )
@@ -190,16 +191,9 @@ def test_the_lookup_is_a_statement_prepared_once_and_planned_once_per_connection
 ):
     """PostgreSQL planned the key lookup in 1.4 ms for 0.08 ms of running it; prepared with a
     generic plan, later calls on the connection skip the planning (workspaces.selectors)."""
-    from django.db import connection
 
     def lookups() -> list[tuple[int, int]]:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-                " WHERE statement LIKE %s",
-                ['SELECT "training_trainedmodel"."id"%'],
-            )
-            return cursor.fetchall()
+        return _prepared("training_trainedmodel")
 
     _, raw = _key(team)
     settings.DB_PREPARED_LOOKUPS = False
@@ -210,3 +204,78 @@ def test_the_lookup_is_a_statement_prepared_once_and_planned_once_per_connection
         assert _same(raw, model.pk) == "ok"
     assert lookups() and all(custom == 0 for _, custom in lookups())
     assert sum(generic for generic, _ in lookups()) >= 3
+
+
+def _prepared(table: str) -> list[tuple[int, int]]:
+    """(generic plans, custom plans) of each statement prepared on this connection that reads
+    `table` first (PostgreSQL)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s",
+            [f'SELECT "{table}"."id"%'],
+        )
+        return cursor.fetchall()
+
+
+def test_a_dedicated_endpoint_and_a_public_model_are_read_as_the_orm_reads_them(team, model):
+    """The deployment behind /d/<slug>/ and a public model for a stranger's session are read on
+    every call by statements compiled once (workspaces.selectors.statement_first): each answers
+    what the ORM's own query answers, rule and deferred columns included, and None for none."""
+    from deploy.api import _deployment_row, _deployment_rows, _public_models
+    from deploy.models import CollectionRule, Deployment, DeploymentState
+    from tests.datasets.factories import DatasetFactory
+
+    deployment = Deployment.objects.create(
+        workspace=team.workspace,
+        model=model,
+        slug="street-cam",
+        name="Street cam",
+        state=DeploymentState.RUNNING,
+        port=8899,
+    )
+    columns = ("id", "slug", "state", "port", "url", "placement", "desired_running", "model_id")
+
+    def same() -> Deployment:
+        fast, orm = _deployment_row("street-cam"), _deployment_rows("street-cam").first()
+        assert [getattr(fast, c) for c in (*columns, "workspace_id", "collect_rule_id")] == [
+            getattr(orm, c) for c in (*columns, "workspace_id", "collect_rule_id")
+        ]
+        assert fast.get_deferred_fields() == orm.get_deferred_fields()
+        return fast
+
+    assert same().collect_rule_id is None
+    rule = CollectionRule.objects.create(
+        workspace=team.workspace,
+        deployment=deployment,
+        enabled=True,
+        dataset=DatasetFactory(workspace=team.workspace),
+    )
+    assert same().collect_rule_id == rule.pk
+    Deployment.objects.filter(pk=deployment.pk).update(state=DeploymentState.STOPPED, port=None)
+    assert (same().state, same().port) == (DeploymentState.STOPPED, None)  # read afresh
+    for unknown in ("street", "street-cam2", "'; --", "/probe-slug/"):
+        assert _deployment_row(unknown) is None
+
+    def public(pk):  # the public model a stranger's session may try
+        return statement_first(_public_models, probes=(-(2**62),), values=(pk,))
+
+    assert public(model.pk) is None and public(model.pk + 1000) is None
+    type(model).objects.filter(pk=model.pk).update(is_public=True)
+    found = public(model.pk)
+    assert found.pk == model.pk and found.workspace.plan == model.workspace.plan
+    assert found.onnx_id is None and found.class_names == ["bird"]
+
+
+@pytest.mark.postgres_only("prepared statements and their plans are PostgreSQL's")
+def test_a_dedicated_endpoints_row_is_a_statement_prepared_once_per_connection(team, model):
+    from deploy.api import _deployment_row
+    from deploy.models import Deployment
+
+    Deployment.objects.create(workspace=team.workspace, model=model, slug="cam", name="Cam")
+    for _ in range(3):
+        assert _deployment_row("cam").slug == "cam"
+    assert _prepared("deploy_deployment") and all(c == 0 for _, c in _prepared("deploy_deployment"))
+    assert sum(generic for generic, _ in _prepared("deploy_deployment")) >= 3
