@@ -17,6 +17,10 @@ if _WORKER.startswith("gw") and not os.environ.get("KESTREL_XDIST_SPLIT"):
     # databases hand out the same ids (model 58's exports in both).
     os.environ["MEDIA_ROOT"] = tempfile.mkdtemp(prefix=f"kestrel-test-media-{_WORKER}-")
     os.environ["TRAINING_DIR"] = tempfile.mkdtemp(prefix=f"kestrel-test-training-{_WORKER}-")
+    # And ports of its own for dedicated endpoints: another worker's endpoint, restarting,
+    # took 8800 again and again while this one's tried it (CI's SQLite run, 2026-12-06).
+    os.environ["DEPLOY_PORT_FIRST"] = str(28800 + 40 * _index)
+    os.environ["DEPLOY_PORT_LAST"] = str(28800 + 40 * _index + 39)
     os.environ["KESTREL_XDIST_SPLIT"] = "1"
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kestrel")
@@ -25,6 +29,9 @@ os.environ.setdefault("CACHE_KEY_PREFIX", "kestrel-test")
 # The broker gets its own Redis database: tests clear the cache database before each test.
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13")
 os.environ.setdefault("DJANGO_ENV", "development")
+# Dedicated endpoints' ports: not those of an install running on this machine (8800-8899).
+os.environ.setdefault("DEPLOY_PORT_FIRST", "28760")
+os.environ.setdefault("DEPLOY_PORT_LAST", "28799")
 # Test uploads and blobs go to a throwaway folder, shared with worker processes tests start.
 os.environ.setdefault("MEDIA_ROOT", tempfile.mkdtemp(prefix="kestrel-test-media-"))
 # Training: runs in a throwaway folder, no downloads, quick heartbeats (the reaper acts after

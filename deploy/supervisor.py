@@ -108,8 +108,8 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_port(deployment: Deployment) -> int:
-    taken = set(
+def _free_port(deployment: Deployment, skip: set[int] = frozenset()) -> int:
+    taken = skip | set(
         Deployment.objects.exclude(pk=deployment.pk)
         .exclude(port=None)
         .values_list("port", flat=True)
@@ -179,10 +179,15 @@ def process_start(deployment: Deployment) -> Deployment:
 
     The process binds its port only once it has imported itself, seconds after the port was
     found free; a port another process took meanwhile (another install's endpoint, another
-    worker's) is given up for the next free one, up to PORT_TRIES times."""
+    worker's) is given up for the next free one, up to PORT_TRIES times. A port lost once is
+    not tried again, even if it is free by the time the process has died of it: whoever took
+    it is likely starting on it again (CI's SQLite run, 2026-12-06: another worker's endpoint
+    restarting on 8800 took it three times in a row)."""
+    lost: set[int] = set()
     for attempt in range(1, PORT_TRIES + 1):
-        port = deployment.port if deployment.port and _port_free(deployment.port) else None
-        port = port or _free_port(deployment)
+        port = deployment.port
+        if not (port and port not in lost and _port_free(port)):
+            port = _free_port(deployment, skip=lost)
         proc = _process_spawn(deployment, port)
         deployment.refresh_from_db()
         deadline = time.monotonic() + START_WAIT_SECONDS
@@ -205,6 +210,7 @@ def process_start(deployment: Deployment) -> Deployment:
         )
         if not (lost_port and attempt < PORT_TRIES):
             break
+        lost.add(port)
     tail = log_tail(deployment).strip().splitlines()[-5:]
     Deployment.objects.filter(pk=deployment.pk).update(
         state=DeploymentState.FAILED,

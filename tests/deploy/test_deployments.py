@@ -180,7 +180,8 @@ def test_a_port_taken_while_the_endpoint_starts_is_given_up_for_the_next(
     first); another install's endpoint on the same machine took it meanwhile. Before: the
     deployment failed with 'address already in use' and stayed failed. `let_go`: the other
     endpoint has let the port go again by the time the process has died of it (another xdist
-    worker's endpoint, stopped: CI's SQLite run, 2026-12-06): tried again all the same."""
+    worker's endpoint, stopped: CI's SQLite run, 2026-12-06): tried again all the same, on
+    another port (the taker may start on it again: it did, three times in a row)."""
     settings.TRAINING_DIR = tmp_path / "training"  # its log lands here
     taken, spare = free_port(), free_port()
     settings.DEPLOY_PORTS = [taken, spare]
@@ -218,11 +219,10 @@ def test_a_port_taken_while_the_endpoint_starts_is_given_up_for_the_next(
         started = process_start(deployment)
         thief.join(timeout=10)
         assert started.state == DeploymentState.RUNNING, started.last_error
-        assert started.port == (taken if let_go else spare)
+        assert started.port == spare
         assert health(started)["name"] == "deployment-racy-abc123"
         assert "address already in use" in log_tail(started)
-        if not let_go:
-            assert f"on port {spare}" in log_tail(started)
+        assert f"on port {spare}" in log_tail(started)
     finally:
         squatter.close()
         deployments_halt()
