@@ -55,6 +55,61 @@ def looks_like_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_SUFFIXES)
 
 
+def image_header_check(data: bytes) -> str:
+    """What image_check refuses without decoding a pixel (ImageRejected, with the same reasons):
+    not an image, a format not accepted, a HEIC photo no plugin reads, more pixels than
+    DATASET_MAX_IMAGE_PIXELS or a decompression bomb. Returns the format. The predict path's
+    check before the model server is asked (deploy.predict), which decodes every pixel."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+            with PILImage.open(io.BytesIO(data)) as img:
+                _header_checked(img)
+                return img.format
+    except _REFUSALS as exc:
+        raise _refusal(exc, data) from None
+
+
+def _header_checked(img) -> tuple[str, int, int]:
+    fmt = img.format
+    if fmt not in ALLOWED_FORMATS:
+        raise ImageRejected(f"unsupported image format {fmt}")
+    width, height = img.size
+    max_pixels = settings.DATASET_MAX_IMAGE_PIXELS
+    if width * height > max_pixels:
+        raise ImageRejected(f"{width}×{height} is more than {max_pixels // 1_000_000} megapixels")
+    return fmt, width, height
+
+
+# What opening or decoding a file that is not a whole image raises. ImportError: a process
+# that has imported Ultralytics (workers run models too) has Image.open patched to try a HEIF
+# plugin on what Pillow cannot identify; without that plugin installed, a non-image ends there.
+_REFUSALS = (
+    UnidentifiedImageError,
+    ImportError,
+    PILImage.DecompressionBombError,
+    PILImage.DecompressionBombWarning,
+    OSError,
+    SyntaxError,
+    ValueError,
+)
+
+
+def _refusal(exc: BaseException, data: bytes) -> ImageRejected:
+    if isinstance(exc, (UnidentifiedImageError, ImportError)):
+        if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
+            return ImageRejected(
+                "a HEIC/HEIF photo: this server cannot read it (it needs the pillow-heif "
+                "plugin); convert it to JPEG or ask the operator to install pillow-heif"
+            )
+        return ImageRejected(
+            "not an image (content is not JPEG, PNG, WebP, BMP, TIFF, GIF or AVIF)"
+        )
+    if isinstance(exc, (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning)):
+        return ImageRejected("too many pixels (decompression bomb)")
+    return ImageRejected(f"unreadable or truncated image ({exc})")
+
+
 def image_check(data: bytes, *, thumbnail_px: int | None = None) -> CheckedImage:
     """Validate `data` as an allowed image and return its stored form.
 
@@ -64,20 +119,12 @@ def image_check(data: bytes, *, thumbnail_px: int | None = None) -> CheckedImage
     at the scale the thumbnail needs instead of 1/8): an import then reads and decodes each
     image once, where a later pass read it back from storage and decoded it again.
     """
-    max_pixels = settings.DATASET_MAX_IMAGE_PIXELS
     thumbnail = b""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", PILImage.DecompressionBombWarning)
             with PILImage.open(io.BytesIO(data)) as img:
-                fmt = img.format
-                if fmt not in ALLOWED_FORMATS:
-                    raise ImageRejected(f"unsupported image format {fmt}")
-                width, height = img.size
-                if width * height > max_pixels:
-                    raise ImageRejected(
-                        f"{width}×{height} is more than {max_pixels // 1_000_000} megapixels"
-                    )
+                fmt, width, height = _header_checked(img)
                 orientation = img.getexif().get(_ORIENTATION, 1)
                 if fmt in CONVERTED:
                     img.load()  # a GIF's (or a sequence's) first frame
@@ -92,24 +139,8 @@ def image_check(data: bytes, *, thumbnail_px: int | None = None) -> CheckedImage
                     img.load()
                     if thumbnail_px and orientation in (0, 1):
                         thumbnail = _thumbnail_or_none(img, thumbnail_px, (width, height))
-    except ImageRejected:
-        raise
-    except (UnidentifiedImageError, ImportError):
-        # ImportError: a process that has imported Ultralytics (workers run models too) has
-        # Image.open patched to try a HEIF plugin on what Pillow cannot identify; without that
-        # plugin installed, a non-image ends there.
-        if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
-            raise ImageRejected(
-                "a HEIC/HEIF photo: this server cannot read it (it needs the pillow-heif "
-                "plugin); convert it to JPEG or ask the operator to install pillow-heif"
-            ) from None
-        raise ImageRejected(
-            "not an image (content is not JPEG, PNG, WebP, BMP, TIFF, GIF or AVIF)"
-        ) from None
-    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning):
-        raise ImageRejected("too many pixels (decompression bomb)") from None
-    except (OSError, SyntaxError, ValueError) as e:
-        raise ImageRejected(f"unreadable or truncated image ({e})") from None
+    except _REFUSALS as exc:
+        raise _refusal(exc, data) from None
 
     if orientation in (2, 3, 4, 5, 6, 7, 8):
         data, width, height = _apply_orientation(data)

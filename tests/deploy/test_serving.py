@@ -2,6 +2,7 @@
 a model trained in the tests and its ONNX export (made by the export worker) served in its
 place once it exists."""
 
+import io
 from pathlib import Path
 
 import httpx
@@ -134,3 +135,47 @@ def test_the_short_way_answers_what_the_full_way_answers(
         body["metadata"].pop("functionTimeCall")
         answers.append(body)
     assert answers[0] == answers[1] and answers[0]["images"][0]["results"]
+
+
+@pytest.mark.same_on_any_database(
+    "the model server's side of a refusal is what is tested; the refusals' rows are tested on "
+    "both in tests/deploy/test_predict_speed_bad_input.py"
+)
+def test_an_image_checked_while_the_model_works_is_refused_with_its_reason(
+    team, confident_yolo_models, inference_server, settings
+):
+    """Every pixel of an image is checked once it has gone to the model server, while the model
+    works (deploy.predict): a truncated JPEG is refused with the web's reason, and the
+    connection its abandoned answer was on is not used again, so each next call gets its own
+    answer. Not an image, and a bomb, are refused by their header: the server never sees them."""
+    settings.INFERENCE_URL = inference_server.url
+    model, raw = _served(team, confident_yolo_models)
+    client = Client(headers={"Authorization": f"Bearer {raw}"})
+
+    def requests() -> int:
+        stats = httpx.get(f"{inference_server.url}/stats", headers=inference_server.auth("stats"))
+        return stats.json()["requests"]
+
+    def post(data: bytes):
+        upload = io.BytesIO(data)
+        upload.name = "a.jpg"
+        return client.post(f"/api/v1/models/{model.pk}/predict", {"file": upload})
+
+    whole = IMAGE.read_bytes()
+    first = post(whole)
+    assert first.status_code == 200, first.content
+    boxes = first.json()["images"][0]["results"]
+    before = requests()
+    bomb = io.BytesIO()
+    PILImage.new("1", (20_000, 20_000)).save(bomb, format="PNG")
+    for data, words in ((b"not an image at all", "not an image"), (bomb.getvalue(), "too many")):
+        refused = post(data)
+        assert refused.status_code == 400 and words in refused.json()["detail"]
+    assert requests() == before
+    for _ in range(3):
+        refused = post(whole[: len(whole) * 3 // 4])
+        assert refused.status_code == 400, refused.content
+        assert "truncated" in refused.json()["detail"]
+        again = post(whole)
+        assert again.status_code == 200, again.content
+        assert again.json()["images"][0]["results"] == boxes
