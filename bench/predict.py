@@ -315,8 +315,8 @@ def hops_of(response) -> dict[str, float]:
         name, _, dur = part.strip().partition(";dur=")
         if dur:
             hops[name] = float(dur)
-        elif name == "short":  # config.predict_route answered it
-            hops["short"] = 1.0
+        elif name in ("short", "kept"):  # config.predict_route answered it; a kept lookup
+            hops[name] = 1.0
     return hops
 
 
@@ -606,7 +606,7 @@ def hops_print(rows, hops: dict[str, list[dict]]) -> None:
     if not any(hops.values()):
         return
     print(f"\nwhere the web's time goes, p50 ms {'':16} {'web stack':>9} "
-          + " ".join(f"{n:>6}" for n in names) + f" {'server':>7} {'model':>6} {'short':>6}")  # fmt: skip
+          + " ".join(f"{n:>6}" for n in names) + f" {'server':>7} {'model':>6} {'short':>6} {'kept':>6}")  # fmt: skip
     for label, calls in hops.items():
         calls = calls[-len(measured[label]) :]  # the measured rounds, not the warm-up
         walls = [wall for wall, _ in measured[label]]
@@ -615,10 +615,11 @@ def hops_print(rows, hops: dict[str, list[dict]]) -> None:
         server = [h.get("model", 0) - m for h, m in zip(calls, model_own, strict=True)]
         med = [statistics.median(h.get(n, 0) for h in calls) for n in names]
         short = sum(1 for h in calls if h.get("short")) / len(calls)
+        kept = sum(1 for h in calls if h.get("kept")) / len(calls)
         print(f"{label[:49]:49} {statistics.median(stack):9.1f} "
               + " ".join(f"{v:6.2f}" for v in med)
               + f" {statistics.median(server):7.1f} {statistics.median(model_own):6.1f}"
-              + f" {short:6.0%}")  # fmt: skip
+              + f" {short:6.0%} {kept:6.0%}")  # fmt: skip
 
 
 def batching(shared, one_at_a_time, weights, data, params, clients: int, total: int):

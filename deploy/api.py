@@ -141,6 +141,7 @@ def _caller(
         return (*_caller_lookup(request, model_id, public=public), None)
     found, verdict, seen = _caller_kept(caller, model_id, public)
     if found is not None:
+        request.predict_kept = True  # said in its Server-Timing (bench/predict.py counts them)
         return (*found, verdict)
     if verdict is None:
         seen = api_key_revocations_read()  # before the lookup: a revocation after it shows

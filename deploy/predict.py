@@ -235,9 +235,12 @@ class _Hops:
         self._parts.append((name, now - self._last))
         self._last = now
 
-    def header(self) -> str:
+    def header(self, request: HttpRequest) -> str:
+        """`kept` at the end when the caller's lookup was one this process kept (deploy.api)."""
         total = time.perf_counter() - self._started
-        return ", ".join(f"{n};dur={s * 1000:.2f}" for n, s in (*self._parts, ("view", total)))
+        parts = (*self._parts, ("view", total))
+        kept = ", kept" if getattr(request, "predict_kept", False) else ""
+        return ", ".join(f"{n};dur={s * 1000:.2f}" for n, s in parts) + kept
 
 
 class _PixelCheck:
@@ -381,11 +384,11 @@ def predict_forward(
         response = _CountedResponse(
             answer.content, status=200, count=lambda: count(True), after=after
         )
-        response["Server-Timing"] = hops.header()
+        response["Server-Timing"] = hops.header(request)
         return response
     except PredictRefused as refused:
         response = refused.response()
-        response["Server-Timing"] = hops.header()
+        response["Server-Timing"] = hops.header(request)
         # Counted at once: a refusal is cheap, and its response is not ours to subclass.
         count(False)
         return response
