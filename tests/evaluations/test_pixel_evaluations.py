@@ -83,6 +83,10 @@ def _same_figures(stored: dict, by_hand: dict) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.same_on_any_database(
+    "a pixel task's metrics against val by hand: an evaluation's rows are tested on both in "
+    "tests/evaluations/test_evaluation.py"
+)
 def test_a_semantic_evaluation_matches_val_by_hand_and_ranks_images_by_their_own_iou(
     team, stranger, tmp_path
 ):
@@ -179,6 +183,10 @@ def test_a_semantic_evaluation_matches_val_by_hand_and_ranks_images_by_their_own
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.same_on_any_database(
+    "a pixel task's metrics against val by hand: an evaluation's rows are tested on both in "
+    "tests/evaluations/test_evaluation.py"
+)
 def test_a_depth_evaluation_matches_val_by_hand_and_ranks_images_by_their_own_error(team, tmp_path):
     weights = trained_weights("depth")
     access = team.access("editor")

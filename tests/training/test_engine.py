@@ -223,6 +223,9 @@ def test_cancel_kills_the_trainer_at_once(team, project, detect_version, gpu_loc
     assert job.epochs_done < 50
 
 
+@pytest.mark.same_on_any_database(
+    "a task's own training: the job's rows are a detect job's, tested on both above"
+)
 @pytest.mark.parametrize("task", ["segment", "classify"])
 def test_segment_and_classify_jobs_train_too(task, team, project, gpu_local, workers, tmp_path):
     from tests.training.helpers import SHARED, single_class_copy, version_of
