@@ -1,8 +1,9 @@
 """A prediction request, from the caller to the model server and back.
 
-Web processes check the caller, the plan's rate limit, the image (the same guarded loader as
-imports) and the parameters, then forward the image to a model server process
-(deploy.inference): the shared one, or a deployment's own. Torch never loads here."""
+Web processes check the caller, the plan's rate limit, the image's header and the parameters,
+then forward the image to a model server process (deploy.inference): the shared one, or a
+deployment's own; its every pixel is checked as imports check it (the same guarded loader)
+while the model works. Torch never loads here."""
 
 import base64
 import binascii
