@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import httpx
@@ -108,8 +109,8 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_port(deployment: Deployment, skip: set[int] = frozenset()) -> int:
-    taken = skip | set(
+def _free_port(deployment: Deployment, skip: Collection[int] = ()) -> int:
+    taken = set(skip) | set(
         Deployment.objects.exclude(pk=deployment.pk)
         .exclude(port=None)
         .values_list("port", flat=True)
@@ -205,9 +206,8 @@ def process_start(deployment: Deployment) -> Deployment:
         _stop(deployment, proc.pid)
         # Its port taken: by a process that still holds it, or by one that has let it go by
         # now (another worker's endpoint, stopped meanwhile), which only its log tells.
-        lost_port = exited and (
-            not _port_free(port) or "address already in use" in log_tail(deployment)[-2000:]
-        )
+        this_try = log_tail(deployment).rpartition("\n--- starting at ")[2]
+        lost_port = exited and (not _port_free(port) or "address already in use" in this_try)
         if not (lost_port and attempt < PORT_TRIES):
             break
         lost.add(port)

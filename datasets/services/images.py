@@ -55,17 +55,16 @@ def looks_like_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_SUFFIXES)
 
 
-def image_header_check(data: bytes) -> str:
+def image_header_check(data: bytes) -> None:
     """What image_check refuses without decoding a pixel (ImageRejected, with the same reasons):
     not an image, a format not accepted, a HEIC photo no plugin reads, more pixels than
-    DATASET_MAX_IMAGE_PIXELS or a decompression bomb. Returns the format. The predict path's
-    check before the model server is asked (deploy.predict), which decodes every pixel."""
+    DATASET_MAX_IMAGE_PIXELS or a decompression bomb. The predict path's check before the
+    model server is asked (deploy.predict), which decodes every pixel."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", PILImage.DecompressionBombWarning)
             with PILImage.open(io.BytesIO(data)) as img:
                 _header_checked(img)
-                return img.format
     except _REFUSALS as exc:
         raise _refusal(exc, data) from None
 

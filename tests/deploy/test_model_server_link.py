@@ -4,6 +4,7 @@ answered with a 503."""
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -91,6 +92,7 @@ class KeepsAlive(LoopbackServer):
 
     def __init__(self):
         self.connections = 0
+        self.bodies: list[int] = []  # the length of each request's body, once read whole
         super().__init__()
 
     def _connected(self, conn: socket.socket) -> None:
@@ -117,6 +119,7 @@ class KeepsAlive(LoopbackServer):
                 while len(data) < length:
                     data += conn.recv(65536)
                 body, data = data[:length], data[length:]
+                self.bodies.append(len(body))
                 target = head.split(b" ")[1]
                 answer = b'{"got": %d, "target": "%s"}' % (len(body), target)
                 conn.sendall(
@@ -160,15 +163,18 @@ def test_what_runs_while_the_server_works_comes_after_the_request_and_may_abando
     seen = []
 
     def meanwhile():
-        seen.append(model_link._kept.get(("http", "127.0.0.1", port)))  # in use: not kept
+        # The server has the whole request while this runs (the client waits on it meanwhile).
+        deadline = time.monotonic() + 5
+        while server.bodies != [10] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(list(server.bodies))
 
     def refuse():
         raise ValueError("a bad image")
 
-    port = int(server.url.rsplit(":", 1)[1])
     try:
         answer = model_server_post(f"{server.url}/predict", content=b"x" * 10, meanwhile=meanwhile)
-        assert answer.json()["got"] == 10 and seen == [None]  # once, on the call's connection
+        assert answer.json()["got"] == 10 and seen == [[10]]  # once, the request already sent
         with pytest.raises(ValueError, match="a bad image"):
             model_server_post(f"{server.url}/predict", content=b"y" * 20, meanwhile=refuse)
         answer = model_server_post(f"{server.url}/predict", content=b"z" * 30)
