@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from annotation.masks import MASK_MAX_BYTES
 from core.request_guard import Grant, Refused, json_refusal, plain_refusal
+from core.table_changes import tables_moved_subscribe
 from datasets.selectors import dataset_access_for_caller
 from datasets.services.uploads import chunk_bytes
 from datasets.views.uploads import MAX_FILE_LIST_BYTES
@@ -156,13 +157,14 @@ def _predict(credentials: _Credentials, path: dict) -> Grant | None:
     return _signed_in_or_keyed(credentials, limit, "An image to predict on")
 
 
-# A predict grant is kept by this process for GRANT_KEPT_SECONDS, by the credentials it was
-# earned with: nearly every photo is over the anonymous limit, and without this each call of a
-# busy key looked its caller up twice (here on a thread, then in the view's one lookup), about
-# 2 ms a call (bench/predict.py --image). The grant decides only how large a body is read; the
-# view's lookup still checks the caller on every call, so a key revoked within that second
-# sends at most its next image, which is refused.
-GRANT_KEPT_SECONDS = 1.0
+# A predict grant is kept by this process, by the credentials it was earned with, as long as
+# the view keeps a caller's lookup (PREDICT_KEY_KEPT_SECONDS at most, deploy.api), and dropped
+# whenever a call here sees a table the lookup reads change (core.table_changes): nearly every
+# photo is over the anonymous limit, and without this each call of a busy key looked its
+# caller up twice (here on a thread, then in the view's one lookup), about 2 ms a call
+# (bench/predict.py --image). The grant decides only how large a body is read; the view's
+# lookup still checks the caller on every call, so a key revoked meanwhile sends at most its
+# next image to each web process, which is refused.
 GRANT_KEPT_MAX = 4096
 PREDICT_ROUTES = re.compile(r"^/(api/v1/models/\d+|d/[^/]+)/predict$")
 
@@ -265,6 +267,11 @@ class BodyLimits:
 
     def __init__(self):
         self._kept: dict[str, tuple[float, Grant]] = {}  # by the credentials' fingerprint
+        tables_moved_subscribe(self.forget)
+
+    def forget(self) -> None:
+        """Drop every kept grant: a table a caller's lookup reads has changed."""
+        self._kept.clear()
 
     def anonymous(self, scope: dict) -> Grant:
         if scope["path"] == STRIPE_WEBHOOK:
@@ -299,7 +306,7 @@ class BodyLimits:
             return
         if len(self._kept) >= GRANT_KEPT_MAX:
             self._kept.clear()
-        self._kept[fingerprint] = (time.monotonic() + GRANT_KEPT_SECONDS, grant)
+        self._kept[fingerprint] = (time.monotonic() + settings.PREDICT_KEY_KEPT_SECONDS, grant)
 
     def refusal(self, scope: dict, status: int, message: str) -> tuple[str, bytes]:
         path = scope["path"]

@@ -9,14 +9,15 @@ What it skips cost about 1 ms of a call's web time on a small machine (bench/pre
 it keeps is everything a predict call is checked by: the host (ALLOWED_HOSTS), the session and
 its person as their middlewares give them, the caller found as django-ninja finds it
 (PREDICT_AUTH in order: a key, else the browser session with its CSRF check), then the view
-itself (Kestrel's one caller lookup, kept a second per process; the plan's rate limit; the
-image; usage), its errors answered by the API's own handlers. A call with no key and no session
-cookie, a CSRF check that fails, a host refused, an HTTPS redirect, or anything that fails
-before the view runs is handed to Django whole, its body replayed, and answered by the full
-way. The body is bounded before it arrives here (core.request_guard). The answer passes the
-middlewares that write an API answer's headers and cookies (SHORT_WAY_MIDDLEWARE, in the
-chain's order), and is closed as Django closes one: usage counted and the image offered to
-collection after it has gone out, the database connection given back.
+itself (Kestrel's one caller lookup, kept per process while nothing it read changed; the
+plan's rate limit; the image; usage), its errors answered by the API's own handlers. A call
+with no key and no session cookie, a CSRF check that fails, a host refused, an HTTPS redirect,
+or anything that fails before the view runs is handed to Django whole, its body replayed, and
+answered by the full way. The body is bounded before it arrives here (core.request_guard).
+The answer passes the middlewares that write an API answer's headers and cookies
+(SHORT_WAY_MIDDLEWARE, in the chain's order), and is closed as Django closes one: usage
+counted and the image offered to collection after it has gone out, the database connection
+given back.
 """
 
 import io

@@ -369,6 +369,10 @@ STRIPE_SECRET_KEY = env.str("STRIPE_SECRET_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env.str("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_CURRENCY = env.str("STRIPE_CURRENCY", default="usd")
 API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
+# How long a web process may keep a predict caller's lookup at most (deploy.api): any change
+# made through Django reaches the next call at once (core.table_changes); this bounds one made
+# behind Django's back. 0: look every call up.
+PREDICT_KEY_KEPT_SECONDS = env.float("PREDICT_KEY_KEPT_SECONDS", default=10.0)
 # Inference: the shared model server (python -m deploy.inference.server) web processes forward
 # predictions to, the token they present to it (and to dedicated endpoints), the ports
 # dedicated endpoints take on this machine, and whether callers may send image URLs.

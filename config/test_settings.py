@@ -29,6 +29,10 @@ os.environ.setdefault("CACHE_KEY_PREFIX", "kestrel-test")
 # The broker gets its own Redis database: tests clear the cache database before each test.
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/13")
 os.environ.setdefault("DJANGO_ENV", "development")
+# A test's own writes are rolled back, never committed, so they move no table's token
+# (core.table_changes) and a predict lookup a test's process keeps would outlive them: kept a
+# second at most, as before tokens. The tests of the tokens are transactional and set their own.
+os.environ.setdefault("PREDICT_KEY_KEPT_SECONDS", "1")
 # Dedicated endpoints' ports: not those of an install running on this machine (8800-8899).
 os.environ.setdefault("DEPLOY_PORT_FIRST", "28760")
 os.environ.setdefault("DEPLOY_PORT_LAST", "28799")

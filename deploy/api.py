@@ -5,16 +5,19 @@ the URL. A key needs the predict scope; the browser session works too (the try-i
 
 import hashlib
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, Subquery
 from django.http import Http404, HttpRequest
+from django.utils import timezone
 from ninja import NinjaAPI, Router
 from ninja.errors import AuthenticationError
 from ninja.security import HttpBearer
 
 from core.files import stored_file_response
+from core.table_changes import tables_reading_note, tables_tokens_keys, tables_tokens_read
 from deploy.models import Deployment, DeploymentState
 from deploy.predict import PredictRefused, predict_forward, rate_limit_of, rate_who
 from deploy.ratelimit import Verdict, rate_take_reading
@@ -25,7 +28,6 @@ from training.models import TrainedModel
 from training.platform_files import weights_filename
 from workspaces.api import SessionAuth
 from workspaces.permissions import Perm
-from workspaces.revocations import REVOCATIONS, api_key_revocations_read
 from workspaces.selectors import (
     KeyRefused,
     PresentedKey,
@@ -47,14 +49,17 @@ class PredictKeyAuth(HttpBearer):
 
 
 # A caller's lookup (a key or a browser session, its membership, the model) kept by this
-# process for a moment: a busy caller's calls skip the database. Kept at most KEY_KEPT_SECONDS,
-# so any change (a member removed, a scope, the plan's limit, the model's state, a session
-# signed out) reaches every process within a second; a key's revocation at once, through the
-# counter each call reads in the same Redis round trip that counts it against the rate limit
-# (workspaces.revocations).
-KEY_KEPT_SECONDS = 1.0
+# process: a busy caller's calls skip the database. Kept while no table it read has changed,
+# which each call checks in the Redis round trip that counts it against the rate limit (the
+# tables' tokens, core.table_changes, moved by every write to them once it commits, from any
+# process): a key revoked, a member removed, a role or a scope, the plan, the model's state, a
+# session signed out or a password changed reach the very next call in every process. And at
+# most KEY_KEPT_SECONDS (a change made outside Django, or one whose announcement Redis missed;
+# a session that expires meanwhile), and never past the key's own expiry.
+KEY_KEPT_SECONDS = 10.0
 KEY_KEPT_MAX = 4096
-_kept: dict[tuple, tuple[float, bytes | None, WorkspaceAccess, TrainedModel]] = {}
+# (caller, what) → (until when, the tables' tokens read before the lookup, what it found)
+_kept: dict[tuple, tuple[float, tuple, tuple[WorkspaceAccess, TrainedModel, object]]] = {}
 _sessions_kept: dict[str, float] = {}  # a session's fingerprint → until when it has a lookup kept
 
 
@@ -72,7 +77,7 @@ class KeptSession:
 
 class PredictSessionAuth(SessionAuth):
     """SessionAuth, without loading the session and its person (two queries) for a session
-    whose lookup this process kept within the last second; CSRF is checked all the same."""
+    whose lookup this process keeps (nothing changed since); CSRF is checked all the same."""
 
     def _get_key(self, request: HttpRequest) -> str | None:
         if _session_kept(request.COOKIES.get(self.param_name)):
@@ -110,50 +115,61 @@ def _kept_seconds() -> float:
 
 
 def _caller_kept(
-    caller: str, model_id: int, public: bool
-) -> tuple[tuple[WorkspaceAccess, TrainedModel] | None, Verdict | None, bytes | None]:
-    """What this process kept for the caller (a fingerprint, _caller_fingerprint) and model,
-    checked as the call is counted against the plan's rate limit: ((access, model), verdict,
-    counter) when it still holds; (None, verdict, counter) when a key was revoked anywhere since
-    (the call is counted: the caller is looked up again); (None, None, None) when nothing is
-    kept."""
-    kept = _kept.get((caller, model_id, public))
+    caller: str, what: tuple
+) -> tuple[tuple[WorkspaceAccess, TrainedModel, object] | None, Verdict | None, tuple | None]:
+    """What this process kept for the caller (a fingerprint, _caller_fingerprint) and `what`
+    it called, checked as the call is counted against the plan's rate limit: ((access, model,
+    extra), verdict, tokens) when it still holds; (None, verdict, tokens) when a table it read
+    has changed since (the call is counted: the caller is looked up again); (None, None, None)
+    when nothing is kept."""
+    kept = _kept.get((caller, what))
     if kept is None or time.monotonic() >= kept[0]:
         return None, None, None
-    _, revocations, access, model = kept
+    _, tokens, found = kept
+    access, model, _ = found
     verdict, seen = rate_take_reading(
-        who=rate_who(access), limit=rate_limit_of(model.workspace.plan), read=REVOCATIONS
+        who=rate_who(access), limit=rate_limit_of(model.workspace.plan), read=tables_tokens_keys()
     )
-    if seen == revocations:
-        return (access, model), verdict, seen
-    _kept.pop((caller, model_id, public), None)
+    tables_reading_note(seen)
+    if seen == tokens:
+        return found, verdict, seen
+    _kept.pop((caller, what), None)
     return None, verdict, seen
 
 
-def _caller(
-    request: HttpRequest, model_id: int, *, public: bool = False
-) -> tuple[WorkspaceAccess, TrainedModel, Verdict | None]:
-    """_caller_lookup, kept for a moment (an API key or a browser session); and the rate limit's
-    verdict when the call was counted with the check that what was kept still holds."""
+def _kept_or(
+    request: HttpRequest,
+    what: tuple,
+    lookup: Callable[[], tuple[WorkspaceAccess, TrainedModel, object]],
+) -> tuple[WorkspaceAccess, TrainedModel, object, Verdict | None]:
+    """`lookup()` (the caller's access, the model and what else the call needs, all read from
+    the database), kept for this caller and `what` while nothing it read changes (an API key or
+    a browser session); and the rate limit's verdict when the call was counted with the check
+    that what was kept still holds."""
     caller = _caller_fingerprint(request)
     seconds = _kept_seconds()
     if caller is None or seconds <= 0:
-        return (*_caller_lookup(request, model_id, public=public), None)
-    found, verdict, seen = _caller_kept(caller, model_id, public)
+        return (*lookup(), None)
+    found, verdict, seen = _caller_kept(caller, what)
     if found is not None:
         request.predict_kept = True  # said in its Server-Timing (bench/predict.py counts them)
         return (*found, verdict)
     if verdict is None:
-        seen = api_key_revocations_read()  # before the lookup: a revocation after it shows
-    access, model = _caller_lookup(request, model_id, public=public)
+        seen = tables_tokens_read()  # before the lookup: a change committed after it shows
+        tables_reading_note(seen)
+    found = lookup()
+    access = found[0]
     if len(_kept) >= KEY_KEPT_MAX:
         _kept.clear()
         _sessions_kept.clear()
+    expires_at = access.api_key.expires_at if access.api_key is not None else None
+    if expires_at is not None:
+        seconds = min(seconds, (expires_at - timezone.now()).total_seconds())
     until = time.monotonic() + seconds
-    _kept[(caller, model_id, public)] = (until, seen, access, model)
+    _kept[(caller, what)] = (until, seen, found)
     if caller.startswith("s:"):
-        _sessions_kept[caller] = until
-    return access, model, verdict
+        _sessions_kept[caller] = max(until, _sessions_kept.get(caller, 0.0))
+    return (*found, verdict)
 
 
 def _caller_lookup(
@@ -213,7 +229,11 @@ def model_predict(request: HttpRequest, model_id: int):
     classes, sampling rate and daily cap) has its image stored in one of the owner's
     datasets, with these predictions as suggestions for a person to label."""
     started = time.perf_counter()
-    access, model, verdict = _caller(request, model_id, public=True)
+    access, model, _, verdict = _kept_or(
+        request,
+        ("model", model_id),
+        lambda: (*_caller_lookup(request, model_id, public=True), None),
+    )
     return predict_forward(
         request=request,
         access=access,
@@ -247,16 +267,23 @@ def deployment_predict(request: HttpRequest, slug: str):
     """The deployment's model on one image; the URL stays when the model behind it changes.
     As the shared API, it keeps no image unless the deployment's collection rule is on."""
     started = time.perf_counter()
-    deployment = _deployment_row(slug)
-    if deployment is None:
-        raise Http404("No such deployment.")
-    try:
-        access, model, verdict = _caller(request, deployment.model_id)
-    except Http404:
-        # Another team's endpoint is answered as an unknown one, not by its model's lookup.
-        raise Http404("No such deployment.") from None
-    if access.workspace.pk != deployment.workspace_id:
-        raise Http404("No such deployment.")
+
+    def lookup() -> tuple[WorkspaceAccess, TrainedModel, Deployment]:
+        deployment = _deployment_row(slug)
+        if deployment is None:
+            raise Http404("No such deployment.")
+        try:
+            access, model = _caller_lookup(request, deployment.model_id)
+        except Http404:
+            # Another team's endpoint is answered as an unknown one, not by its model's lookup.
+            raise Http404("No such deployment.") from None
+        if access.workspace.pk != deployment.workspace_id:
+            raise Http404("No such deployment.")
+        return access, model, deployment
+
+    # The row kept with the caller's lookup: a restart on a new port, a swap or a stop moves
+    # the deployments table's token, and the very next call reads it again.
+    access, model, deployment, verdict = _kept_or(request, ("deployment", slug), lookup)
     server_url, server_secret = endpoint_route(deployment)  # from the row: any web process
     if deployment.state != DeploymentState.RUNNING or not server_url:
         return PredictRefused(
@@ -279,9 +306,8 @@ def deployment_predict(request: HttpRequest, slug: str):
 
 
 def _deployment_row(slug: str) -> Deployment | None:
-    """The deployment behind /d/<slug>/: read on every call (not kept as the caller is), so a
-    restart on a new port, a swap or a stop reaches the very next call; its statement compiled
-    once and prepared, as the caller lookup."""
+    """The deployment behind /d/<slug>/, by a statement compiled once and prepared, as the
+    caller lookup; kept with it (deployment_predict)."""
     return statement_first(_deployment_rows, probes=(_PROBE_SLUG,), values=(slug,))
 
 

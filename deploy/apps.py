@@ -10,3 +10,7 @@ class DeployConfig(AppConfig):
         from core.leases import long_job_register
 
         long_job_register("deploy.exports.EXPORT_JOB")
+
+        from deploy.selectors import predict_lookup_watch
+
+        predict_lookup_watch()

@@ -33,21 +33,22 @@ def rate_take(*, who: str, limit: int, now: float | None = None) -> Verdict:
 
 
 def rate_take_reading(
-    *, who: str, limit: int, read: str | None = None, now: float | None = None
-) -> tuple[Verdict, bytes | None]:
-    """rate_take, and the value of the Redis key `read` (None when absent or not asked) in the
-    same round trip: a call checks whether the API key it kept was revoked as it is counted."""
+    *, who: str, limit: int, read: list[str] | None = None, now: float | None = None
+) -> tuple[Verdict, tuple | None]:
+    """rate_take, and the values of the Redis keys `read` (None for one that is absent; None
+    for all when not asked) in the same round trip: a call checks whether the tables its kept
+    lookup read have changed as it is counted (deploy.api)."""
     now = time.time() if now is None else now
     window = int(now // WINDOW_SECONDS)
     key = f"kestrel:ratelimit:{who}:{window}"
     pipe = _redis().pipeline()
     pipe.incr(key)
     pipe.expire(key, WINDOW_SECONDS + 5)
-    if read is not None:
-        pipe.get(read)
+    if read:
+        pipe.mget(read)
     count, _, *seen = pipe.execute()
     retry = max(1, int((window + 1) * WINDOW_SECONDS - now + 0.999))
     verdict = Verdict(
         allowed=count <= limit, limit=limit, remaining=max(0, limit - count), retry_after=retry
     )
-    return verdict, (seen[0] if seen else None)
+    return verdict, (tuple(seen[0]) if seen else (() if read is not None else None))

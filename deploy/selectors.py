@@ -2,18 +2,21 @@
 
 from datetime import timedelta
 
+from django.contrib.sessions.models import Session
 from django.db.models import Case, Exists, FloatField, OuterRef, QuerySet, Subquery, Sum, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, NullIf
 from django.http import Http404
 from django.utils import timezone
 
+from billing.models import Plan
+from core.table_changes import tables_watch
 from datasets.models import Dataset, Image
 from deploy.models import CollectionRule, Deployment, ExportState, ModelExport, UsageDay
 from training import selectors as training_selectors
-from training.models import TrainedModel
+from training.models import TrainedModel, TrainingJob
 from training.selectors import MAIN_METRIC
-from workspaces.models import User, Workspace
+from workspaces.models import ApiKey, Membership, User, Workspace
 from workspaces.permissions import Perm
 from workspaces.selectors import WorkspaceAccess
 
@@ -50,6 +53,50 @@ def models_for_predict() -> QuerySet[TrainedModel]:
                 collection_rules_on().filter(model=OuterRef("pk")).values("pk")[:1]
             ),
         )
+    )
+
+
+def predict_lookup_watch() -> None:
+    """Every table a predict caller's lookup reads (models_for_predict, with the key and the
+    membership of workspaces.selectors.row_for_caller; a dedicated endpoint's row, deploy.api;
+    the session and its person as Django reads them), watched (core.table_changes): deploy.api
+    keeps a caller's lookup while none of it changed. Where a table has frequent writes to what
+    the lookup does not read (a job's progress, an export's, a rule's counters, an endpoint's
+    health and metering, a workspace's), only the columns it reads count
+    (tests/deploy/test_predict_kept.py holds them to the compiled statements); a key's and a
+    person's last use, and a session's new or saved data, never count."""
+
+    def columns(model, *fields: str) -> list[str]:
+        return [model._meta.get_field(field).column for field in fields]
+
+    tables_watch(TrainedModel._meta.db_table)
+    tables_watch(Plan._meta.db_table)
+    tables_watch(Membership._meta.db_table)
+    tables_watch(Workspace._meta.db_table, columns=columns(Workspace, "id", "slug", "name", "plan"))
+    tables_watch(TrainingJob._meta.db_table, columns=columns(TrainingJob, "id", "state"))
+    tables_watch(
+        ModelExport._meta.db_table,
+        columns=columns(ModelExport, "id", "model", "format", "state", "file_key", "finished_at"),
+    )
+    tables_watch(
+        CollectionRule._meta.db_table,
+        columns=columns(CollectionRule, "id", "enabled", "dataset", "model", "deployment"),
+    )
+    tables_watch(
+        Deployment._meta.db_table,
+        columns=columns(
+            Deployment,
+            *("id", "slug", "state", "port", "url", "placement", "desired_running", "model"),
+            "workspace",
+        ),
+    )
+    tables_watch(ApiKey._meta.db_table, quiet=columns(ApiKey, "last_used_at"))
+    tables_watch(User._meta.db_table, quiet=columns(User, "last_login"))
+    # A session's person changes only with its key: signing in makes a new row (and deletes
+    # the old one), signing out or a password change deletes it. Rows that are added, or
+    # written again under the same key, change no kept lookup.
+    tables_watch(
+        Session._meta.db_table, quiet=columns(Session, "session_data", "expire_date"), inserts=False
     )
 
 

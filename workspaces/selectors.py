@@ -263,6 +263,7 @@ _PRESENTED_KEY_COLUMNS = {
     "_key_name": "name",
     "_key_scopes": "scopes",
     "_key_last_used_at": "last_used_at",
+    "_key_expires_at": "expires_at",
     "_key_created_by_id": "created_by_id",
     "_key_user_email": "created_by__email",
     "_key_user_active": "created_by__is_active",
@@ -455,6 +456,7 @@ def _row_for_presented_key(rows, *, pk: int, key: PresentedKey, not_found: str, 
         workspace=ws,
         created_by=creator,
         last_used_at=row._key_last_used_at,
+        expires_at=row._key_expires_at,
     )
     access = WorkspaceAccess(
         workspace=ws,

@@ -1,10 +1,11 @@
-"""A predict grant kept for a second (config.body_limits.BodyLimits.kept).
+"""A predict grant kept (config.body_limits.BodyLimits.kept).
 
 Nearly every photo is over the anonymous body limit, so each predict call of a busy key had its
 credentials looked up twice: by the request guard, on a thread, to admit the body, and by the
-view's one lookup. The guard now keeps a predict grant for GRANT_KEPT_SECONDS, found by the very
-credentials it was earned with, and gives it again with no query. Only the body's size rides on
-it: the view still checks the caller on every call (tests/deploy, tests/security)."""
+view's one lookup. The guard now keeps a predict grant as long as the view keeps a lookup,
+found by the very credentials it was earned with, and gives it again with no query. Only the
+body's size rides on it: the view still checks the caller on every call (tests/deploy,
+tests/security)."""
 
 import time
 
@@ -13,6 +14,7 @@ from django.test import Client
 
 from config import body_limits
 from config.body_limits import BodyLimits
+from core.table_changes import tables_reading_note
 from workspaces.services.keys import api_key_create, api_key_revoke
 
 pytestmark = pytest.mark.django_db
@@ -79,11 +81,26 @@ def test_credentials_that_earned_nothing_are_not_kept(team, key):
     assert limits.kept(call) is None
 
 
-def test_a_kept_grant_lapses(key, monkeypatch):
+def test_a_kept_grant_lapses(key, settings):
     limits = BodyLimits()
     call = scope("/api/v1/models/7/predict", Authorization=f"Bearer {key}")
-    monkeypatch.setattr(body_limits, "GRANT_KEPT_SECONDS", 0.2)
+    settings.PREDICT_KEY_KEPT_SECONDS = 0.2
     limits.granted(call)
     assert limits.kept(call) is not None
     time.sleep(0.25)
+    assert limits.kept(call) is None
+
+
+def test_kept_grants_are_dropped_when_a_call_sees_a_table_change(key, settings):
+    """A predict call that reads the tables' tokens (deploy.api) and finds one moved since the
+    last reading in this process drops the grants too: a key revoked meanwhile is looked up
+    again by the guard at its next call, before its body is read."""
+    settings.PREDICT_KEY_KEPT_SECONDS = 120
+    limits = BodyLimits()
+    call = scope("/api/v1/models/7/predict", Authorization=f"Bearer {key}")
+    tables_reading_note((b"one",))
+    limits.granted(call)
+    tables_reading_note((b"one",))  # the same reading: nothing changed
+    assert limits.kept(call) is not None
+    tables_reading_note((b"two",))
     assert limits.kept(call) is None

@@ -13,7 +13,6 @@ from workspaces.models import (
     ApiKeyScope,
 )
 from workspaces.permissions import Perm
-from workspaces.revocations import api_key_revocations_bump
 from workspaces.selectors import (
     PresentedKey,
     WorkspaceAccess,
@@ -86,11 +85,9 @@ def api_key_revoke(*, access: WorkspaceAccess, key: ApiKey) -> None:
     access.require(Perm.MANAGE_KEYS)
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
+        # Once committed, the write moves the keys table's token (core.table_changes): every
+        # web process drops the lookups it keeps (deploy.api) at the key's next call.
         key.save(update_fields=["revoked_at"])
-        # Web processes drop the lookups they keep (deploy.api): now, and again once the
-        # revocation is committed, so no call in between keeps the key's old row.
-        api_key_revocations_bump()
-        transaction.on_commit(api_key_revocations_bump)
 
 
 def api_key_authenticate(*, raw: str) -> ApiKey | None:
