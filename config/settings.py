@@ -403,12 +403,17 @@ TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
 # REQUEST_HEADER_TIMEOUT_SECONDS; its body within REQUEST_BODY_TIMEOUT_SECONDS plus a second
 # for every REQUEST_BODY_MIN_BYTES_PER_SECOND bytes that arrived; and a web process receives
 # at most UPLOADS_PER_ADDRESS uploads (bodies past what a caller without credentials may send)
-# at once from one client address, and UPLOADS_PER_CALLER for one account, key or run.
+# at once from one client address, and UPLOADS_PER_CALLER for one account, key or run; or more,
+# while they come to at most UPLOAD_BYTES_PER_ADDRESS and UPLOAD_BYTES_PER_CALLER in all (a
+# client predicting on many photos at once: the worst they may hold is no more than the caps'
+# of the largest predict bodies).
 REQUEST_HEADER_TIMEOUT_SECONDS = env.float("REQUEST_HEADER_TIMEOUT_SECONDS", default=10.0)
 REQUEST_BODY_TIMEOUT_SECONDS = env.float("REQUEST_BODY_TIMEOUT_SECONDS", default=20.0)
 REQUEST_BODY_MIN_BYTES_PER_SECOND = env.int("REQUEST_BODY_MIN_BYTES_PER_SECOND", default=1024)
 UPLOADS_PER_ADDRESS = env.int("UPLOADS_PER_ADDRESS", default=16)
 UPLOADS_PER_CALLER = env.int("UPLOADS_PER_CALLER", default=6)
+UPLOAD_BYTES_PER_ADDRESS = env.int("UPLOAD_BYTES_PER_ADDRESS", default=256 * 2**20)
+UPLOAD_BYTES_PER_CALLER = env.int("UPLOAD_BYTES_PER_CALLER", default=96 * 2**20)
 
 # Content security policy: same-origin scripts only, never inline.
 CONTENT_SECURITY_POLICY = {

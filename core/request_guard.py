@@ -90,33 +90,56 @@ def size_text(n: int) -> str:
 
 class _Uploads:
     """Request bodies past the anonymous limit that this process is receiving or holding, by
-    client address and by caller. The event loop is the only thread that touches them."""
+    client address and by caller: how many, and how many bytes they may come to. One is
+    admitted while fewer than the cap (UPLOADS_PER_ADDRESS, UPLOADS_PER_CALLER) are, or while
+    all of them with it come to at most the byte budget (UPLOAD_BYTES_PER_ADDRESS,
+    UPLOAD_BYTES_PER_CALLER): a client predicting on 32 photos at once is served, one sending
+    its seventh archive is not. The event loop is the only thread that touches them."""
 
     def __init__(self):
         self.held: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
 
-    def take(self, address: str, caller: str) -> tuple[list[str], str]:
-        """(the counters taken, "") or ([], why not)."""
-        wanted = [(f"address:{address}", settings.UPLOADS_PER_ADDRESS, "from this address")]
+    def take(self, address: str, caller: str, size: int) -> tuple[list[tuple[str, int]], str]:
+        """(the counters taken, with `size`, the bytes the body may come to; "") or ([], why
+        not)."""
+        wanted = [
+            (
+                f"address:{address}",
+                settings.UPLOADS_PER_ADDRESS,
+                settings.UPLOAD_BYTES_PER_ADDRESS,
+                "from this address",
+            )
+        ]
         if caller:
             wanted.append(
-                (f"caller:{caller}", settings.UPLOADS_PER_CALLER, "for these credentials")
-            )
-        for name, cap, whose in wanted:
-            if self.held[name] >= cap:
-                return [], (
-                    f"{cap} uploads are already being received {whose}; send this one when "
-                    "one of them has finished."
+                (
+                    f"caller:{caller}",
+                    settings.UPLOADS_PER_CALLER,
+                    settings.UPLOAD_BYTES_PER_CALLER,
+                    "for these credentials",
                 )
-        names = [name for name, _, _ in wanted]
-        self.held.update(names)
-        return names, ""
+            )
+        for name, cap, budget, whose in wanted:
+            if self.held[name] >= cap and self.bytes[name] + size > budget:
+                return [], (
+                    f"{self.held[name]} uploads are already being received {whose} (up to "
+                    f"{size_text(self.bytes[name])} in all); send this one when one of them "
+                    "has finished."
+                )
+        taken = [(name, size) for name, _, _, _ in wanted]
+        for name, _ in taken:
+            self.held[name] += 1
+            self.bytes[name] += size
+        return taken, ""
 
-    def give(self, names: list[str]) -> None:
-        for name in names:
+    def give(self, taken: list[tuple[str, int]]) -> None:
+        for name, size in taken:
             self.held[name] -= 1
+            self.bytes[name] -= size
             if self.held[name] <= 0:
                 del self.held[name]
+                self.bytes.pop(name, None)
 
 
 def _declared_length(scope: dict) -> int | None:
@@ -170,7 +193,7 @@ class _GuardedRequest:
         self._receive, self._send = receive, send
         self.grant = guard.limits.anonymous(scope)
         self.credentials_checked = False
-        self.uploads: list[str] = []
+        self.uploads: list[tuple[str, int]] = []
         self.received = 0
         self.finished = False  # the whole body arrived, or the client left
         self.answered = False  # a response has started, the app's or a refusal
@@ -199,7 +222,9 @@ class _GuardedRequest:
                 return False
             if size <= self.grant.limit:
                 client = self.scope.get("client") or ("", 0)
-                self.uploads, why = self.guard.uploads.take(client[0], self.grant.caller)
+                # What the body may come to: what it declares, or its grant (chunked).
+                most = size if declared else self.grant.limit
+                self.uploads, why = self.guard.uploads.take(client[0], self.grant.caller, most)
                 if why:
                     await self.refuse(429, why, retry_after=True)
                     return False

@@ -328,7 +328,11 @@ def test_uploads_at_once_are_capped_per_address_and_per_caller(tmp_path, team):
     editor, admin, owner = (session_cookie(team.user(r)) for r in ("editor", "admin", "owner"))
     chunk = f"/w/acme/imports/{10**6}/files/0/chunks/0/"
     declared = str(2**20)
-    env = {"UPLOADS_PER_ADDRESS": "3", "UPLOADS_PER_CALLER": "2"}
+    env = {
+        **{"UPLOADS_PER_ADDRESS": "3", "UPLOADS_PER_CALLER": "2"},
+        # Past the caps, no room for another MiB.
+        **{"UPLOAD_BYTES_PER_ADDRESS": str(3 * 2**20), "UPLOAD_BYTES_PER_CALLER": str(2**21)},
+    }
     with web_server(tmp_path, **env) as web, contextlib.ExitStack() as held:
 
         def start(cookie: str) -> tuple[int, bytes, socket.socket]:
@@ -358,6 +362,34 @@ def test_uploads_at_once_are_capped_per_address_and_per_caller(tmp_path, team):
             sock.close()
             time.sleep(0.1)
         assert status == 100, body
+
+
+def test_more_uploads_than_the_caps_are_received_while_they_are_small_in_all(tmp_path, team):
+    """A client predicting on many photos at once: past the caps on uploads at once, one more
+    is received while all of them come to at most the byte budget, whoever sends it."""
+    editor, admin = (session_cookie(team.user(r)) for r in ("editor", "admin"))
+    chunk = f"/w/acme/imports/{10**6}/files/0/chunks/0/"
+    env = {
+        **{"UPLOADS_PER_ADDRESS": "2", "UPLOADS_PER_CALLER": "1"},
+        **{"UPLOAD_BYTES_PER_ADDRESS": str(2**20), "UPLOAD_BYTES_PER_CALLER": str(600 * 2**10)},
+    }
+    with web_server(tmp_path, **env) as web, contextlib.ExitStack() as held:
+
+        def start(cookie: str, size: int) -> tuple[int, bytes]:
+            sock = held.enter_context(connect(web))
+            sock.sendall(
+                head("PUT", chunk, Content_Length=str(size), Expect="100-continue", Cookie=cookie)
+            )
+            status, _, body = answer(sock)
+            return status, body
+
+        photo = 200 * 2**10
+        assert [start(editor, photo)[0] for _ in range(3)] == [100, 100, 100]  # 600 KB in all
+        status, body = start(editor, photo)
+        assert status == 429 and "for these credentials (up to" in body.decode(), body
+        assert start(admin, photo)[0] == 100  # the address's 800 KB
+        status, body = start(admin, 300 * 2**10)  # 1.1 MB from the address: past its budget
+        assert status == 429 and "from this address" in body.decode(), body
 
 
 def test_compose_puts_a_front_server_with_matching_limits_before_the_web(tmp_path):
@@ -410,7 +442,10 @@ def test_compose_puts_a_front_server_with_matching_limits_before_the_web(tmp_pat
         # Streamed to the web, which checks credentials and plan before it keeps anything.
         assert "proxy_request_buffering off;" in matched[0], path
         assert body_limit(matched[0]) >= limit, path
-        assert "limit_conn kestrel_uploads" in matched[0], path
+        if "/predict" in path:  # many photos at once: the address's connections, inherited
+            assert "limit_conn" not in matched[0], path
+        else:
+            assert "limit_conn kestrel_uploads" in matched[0], path
     assert re.search(r"limit_conn kestrel_uploads (\d+);", conf).group(1) == str(
         settings.UPLOADS_PER_ADDRESS
     )
