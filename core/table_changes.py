@@ -9,7 +9,8 @@ after the transaction commits, and not at all if it rolls back:
 
 - an INSERT, unless the table was watched with `inserts=False` (a new row cannot take
   anything away from a lookup that found its own rows);
-- a DELETE or a TRUNCATE;
+- a DELETE or a TRUNCATE (and any statement but a read whose shape is not one of these: every
+  watched table it names);
 - an UPDATE that sets a column in `columns` (None: any column) other than those in `quiet`.
   Its columns are read from its SET clause as Django writes it (`UPDATE "t" SET "a" = %s,
   "b" = ("b" + %s) WHERE ...`); an UPDATE of any other shape counts as a change to every
@@ -43,6 +44,12 @@ _reading_last: list[tuple | None] = [None]
 _WRITE = re.compile(
     r'\s*(?:(INSERT)\s+(?:OR\s+\w+\s+)?INTO|(UPDATE)|(DELETE)\s+FROM|(TRUNCATE))\s+"?(\w+)"?',
     re.IGNORECASE,
+)
+_FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
+# Statements that write no row: those that begin so are let through unread.
+_READS = frozenset(
+    ("SELECT", "SAVEPOINT", "RELEASE", "ROLLBACK", "BEGIN", "COMMIT", "SET", "SHOW", "EXPLAIN")
+    + ("PRAGMA", "DECLARE", "FETCH", "CLOSE", "VALUES", "LISTEN", "NOTIFY", "DEALLOCATE")
 )
 _UPDATE_SET = re.compile(r'\s*UPDATE\s+"?\w+"?\s+SET\s+', re.IGNORECASE)
 _ASSIGNED = re.compile(r'"(\w+)"\s*=')
@@ -144,14 +151,13 @@ def statement_changes(sql) -> tuple[str, ...]:
         return ()
     if not isinstance(sql, str):
         return tuple(_watched)  # composed SQL, not read: anything may have changed
-    head = sql[:7].lstrip()[:6].upper()
-    if head not in ("INSERT", "UPDATE", "DELETE", "TRUNCA"):
+    first = _FIRST_WORD.match(sql)
+    head = first.group(1).upper() if first else ""
+    if head in _READS:
         return ()
-    if head == "TRUNCA":
-        return tuple(t for t in _watched if f'"{t}"' in sql or re.search(rf"\b{t}\b", sql))
-    found = _WRITE.match(sql)
-    if found is None:
-        return tuple(_watched)
+    found = _WRITE.match(sql) if head != "TRUNCATE" else None
+    if found is None:  # a TRUNCATE, WITH ... UPDATE, a comment first: every table it names
+        return tuple(t for t in _watched if re.search(rf"\b{t}\b", sql))
     insert, update, _, _, table = found.groups()
     watch = _watched.get(table)
     if watch is None:

@@ -235,6 +235,10 @@ def test_statements_that_change_nothing_watched_move_nothing():
     assert statement_changes(f'DELETE FROM "{trained}" WHERE "id" = %s') == (trained,)
     assert statement_changes(f"update {trained} set name = 1") == (trained,)  # not read: all
     assert trained in statement_changes(f'TRUNCATE "{trained}", "x"')
+    assert statement_changes(f"\n        UPDATE {trained}\n SET name = 1") == (trained,)
+    assert statement_changes(f"WITH x AS (SELECT 1) UPDATE {trained} SET name = 1") == (trained,)
+    assert statement_changes(f"/* why */ DELETE FROM {trained}") == (trained,)
+    assert statement_changes(f'  SELECT * FROM "{trained}" FOR UPDATE') == ()
 
 
 _TABLE = re.compile(
