@@ -527,8 +527,8 @@ def main() -> None:
     latency_print(rows + bad_rows[:1])
     if bad_rows:
         print("\nbad input, each answered (one caller sending them in turn; how many, mean ms):")
-        for what, (status, detail, count, total) in bad_rows[1].items():
-            print(f"  {what:34} {status} {count:5} {1000 * total / count:7.1f}  {detail[:70]}")
+        for what, (status, detail, count, took) in bad_rows[1].items():
+            print(f"  {what:34} {status} {count:5} {1000 * took / count:7.1f}  {detail[:70]}")
     hops_print(rows, hops)
     print(f"\nthroughput, {args.throughput_images} images a row")
     print(f"{'clients':>8} {'model server':>14} {'web API (key)':>15} {'web / server':>13}")
