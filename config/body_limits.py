@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from annotation.masks import MASK_MAX_BYTES
 from core.request_guard import Grant, Refused, json_refusal, plain_refusal
-from core.table_changes import tables_moved_subscribe
+from core.table_changes import tables_moves_seen
 from datasets.selectors import dataset_access_for_caller
 from datasets.services.uploads import chunk_bytes
 from datasets.views.uploads import MAX_FILE_LIST_BYTES
@@ -158,11 +158,11 @@ def _predict(credentials: _Credentials, path: dict) -> Grant | None:
 
 
 # A predict grant is kept by this process, by the credentials it was earned with, as long as
-# the view keeps a caller's lookup (PREDICT_KEY_KEPT_SECONDS at most, deploy.api), and dropped
-# whenever a call here sees a table the lookup reads change (core.table_changes): nearly every
-# photo is over the anonymous limit, and without this each call of a busy key looked its
-# caller up twice (here on a thread, then in the view's one lookup), about 2 ms a call
-# (bench/predict.py --image). The grant decides only how large a body is read; the view's
+# the view keeps a caller's lookup (PREDICT_KEY_KEPT_SECONDS at most, deploy.api), and no
+# longer once a call here has seen a table the lookup reads change (core.table_changes):
+# nearly every photo is over the anonymous limit, and without this each call of a busy key
+# looked its caller up twice (here on a thread, then in the view's one lookup), about 2 ms a
+# call (bench/predict.py --image). The grant decides only how large a body is read; the view's
 # lookup still checks the caller on every call, so a key revoked meanwhile sends at most its
 # next image to each web process, which is refused.
 GRANT_KEPT_MAX = 4096
@@ -266,12 +266,8 @@ class BodyLimits:
     """The RouteLimits of Kestrel's routes (core.request_guard)."""
 
     def __init__(self):
-        self._kept: dict[str, tuple[float, Grant]] = {}  # by the credentials' fingerprint
-        tables_moved_subscribe(self.forget)
-
-    def forget(self) -> None:
-        """Drop every kept grant: a table a caller's lookup reads has changed."""
-        self._kept.clear()
+        # By the credentials' fingerprint: (until when, tables_moves_seen() then, the grant).
+        self._kept: dict[str, tuple[float, int, Grant]] = {}
 
     def anonymous(self, scope: dict) -> Grant:
         if scope["path"] == STRIPE_WEBHOOK:
@@ -296,9 +292,9 @@ class BodyLimits:
             return None
         fingerprint = _fingerprint(scope)
         kept = self._kept.get(fingerprint) if fingerprint else None
-        if kept is None or time.monotonic() >= kept[0]:
+        if kept is None or time.monotonic() >= kept[0] or kept[1] != tables_moves_seen():
             return None
-        return kept[1]
+        return kept[2]
 
     def _keep(self, scope: dict, grant: Grant) -> None:
         fingerprint = _fingerprint(scope)
@@ -306,7 +302,8 @@ class BodyLimits:
             return
         if len(self._kept) >= GRANT_KEPT_MAX:
             self._kept.clear()
-        self._kept[fingerprint] = (time.monotonic() + settings.PREDICT_KEY_KEPT_SECONDS, grant)
+        until = time.monotonic() + settings.PREDICT_KEY_KEPT_SECONDS
+        self._kept[fingerprint] = (until, tables_moves_seen(), grant)
 
     def refusal(self, scope: dict, status: int, message: str) -> tuple[str, bytes]:
         path = scope["path"]

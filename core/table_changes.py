@@ -24,8 +24,7 @@ Django (psql) is not seen: what is kept must lapse on its own too (deploy.api: s
 import logging
 import re
 import secrets
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import redis
 from django.conf import settings
@@ -38,8 +37,8 @@ PREFIX = "kestrel:table-changes:"
 # table → (columns, quiet, inserts), as tables_watch says
 _watched: dict[str, tuple[frozenset[str] | None, frozenset[str], bool]] = {}
 _client: redis.Redis | None = None
-_moved_hooks: list[weakref.WeakMethod] = []
-_reading_last: list[tuple | None] = [None]
+_reading_last: tuple | None = None
+_moves_seen = 0
 
 _WRITE = re.compile(
     r'\s*(?:(INSERT)\s+(?:OR\s+\w+\s+)?INTO|(UPDATE)|(DELETE)\s+FROM|(TRUNCATE))\s+"?(\w+)"?',
@@ -96,24 +95,20 @@ def tables_tokens_read() -> tuple:
 
 
 def tables_reading_note(reading: tuple) -> None:
-    """A reading of the tokens (tables_tokens_read) this process made: when it differs from
-    the last one, whatever keeps something of those tables without reading them on its own
-    (tables_moved_subscribe) is told, and drops it."""
-    if reading != _reading_last[0]:
-        if _reading_last[0] is not None:
-            for ref in list(_moved_hooks):
-                hook = ref()
-                if hook is None:
-                    _moved_hooks.remove(ref)
-                else:
-                    hook()
-        _reading_last[0] = reading
+    """A reading of the tokens (tables_tokens_read) this process made: one that differs from
+    the last counts a move (tables_moves_seen)."""
+    global _reading_last, _moves_seen
+    if reading != _reading_last:
+        if _reading_last is not None:
+            _moves_seen += 1
+        _reading_last = reading
 
 
-def tables_moved_subscribe(hook: Callable[[], None]) -> None:
-    """Call `hook` (a method: held weakly, so its object may go) whenever this process notes
-    that a watched table changed."""
-    _moved_hooks.append(weakref.WeakMethod(hook))
+def tables_moves_seen() -> int:
+    """How many times this process's readings found a token moved: what keeps something of
+    the watched tables without reading the tokens itself (the request guard's predict grants)
+    stays good while this number does not change."""
+    return _moves_seen
 
 
 def _redis() -> redis.Redis:

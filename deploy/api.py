@@ -54,9 +54,8 @@ class PredictKeyAuth(HttpBearer):
 # tables' tokens, core.table_changes, moved by every write to them once it commits, from any
 # process): a key revoked, a member removed, a role or a scope, the plan, the model's state, a
 # session signed out or a password changed reach the very next call in every process. And at
-# most KEY_KEPT_SECONDS (a change made outside Django, or one whose announcement Redis missed;
-# a session that expires meanwhile), and never past the key's own expiry.
-KEY_KEPT_SECONDS = 10.0
+# most PREDICT_KEY_KEPT_SECONDS (settings: a change made outside Django, or one whose
+# announcement Redis missed; a session that expires meanwhile), never past the key's expiry.
 KEY_KEPT_MAX = 4096
 # (caller, what) → (until when, the tables' tokens read before the lookup, what it found)
 _kept: dict[tuple, tuple[float, tuple, tuple[WorkspaceAccess, TrainedModel, object]]] = {}
@@ -110,10 +109,6 @@ def _caller_fingerprint(request: HttpRequest) -> str | None:
     return _session_fingerprint(session_key) if session_key else None
 
 
-def _kept_seconds() -> float:
-    return getattr(settings, "PREDICT_KEY_KEPT_SECONDS", KEY_KEPT_SECONDS)
-
-
 def _caller_kept(
     caller: str, what: tuple
 ) -> tuple[tuple[WorkspaceAccess, TrainedModel, object] | None, Verdict | None, tuple | None]:
@@ -147,7 +142,7 @@ def _kept_or(
     a browser session); and the rate limit's verdict when the call was counted with the check
     that what was kept still holds."""
     caller = _caller_fingerprint(request)
-    seconds = _kept_seconds()
+    seconds = settings.PREDICT_KEY_KEPT_SECONDS
     if caller is None or seconds <= 0:
         return (*lookup(), None)
     found, verdict, seen = _caller_kept(caller, what)

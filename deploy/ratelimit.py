@@ -33,11 +33,11 @@ def rate_take(*, who: str, limit: int, now: float | None = None) -> Verdict:
 
 
 def rate_take_reading(
-    *, who: str, limit: int, read: list[str] | None = None, now: float | None = None
-) -> tuple[Verdict, tuple | None]:
-    """rate_take, and the values of the Redis keys `read` (None for one that is absent; None
-    for all when not asked) in the same round trip: a call checks whether the tables its kept
-    lookup read have changed as it is counted (deploy.api)."""
+    *, who: str, limit: int, read: list[str] = (), now: float | None = None
+) -> tuple[Verdict, tuple]:
+    """rate_take, and the values of the Redis keys `read` (None for one that is absent) in the
+    same round trip: a call checks whether the tables its kept lookup read have changed as it
+    is counted (deploy.api)."""
     now = time.time() if now is None else now
     window = int(now // WINDOW_SECONDS)
     key = f"kestrel:ratelimit:{who}:{window}"
@@ -51,4 +51,4 @@ def rate_take_reading(
     verdict = Verdict(
         allowed=count <= limit, limit=limit, remaining=max(0, limit - count), retry_after=retry
     )
-    return verdict, (tuple(seen[0]) if seen else (() if read is not None else None))
+    return verdict, (tuple(seen[0]) if seen else ())

@@ -1,7 +1,7 @@
 """Bad input on the predict path is refused cheaply, with the reason: what an image's header or
 the parameters show before any model server is asked, a truncated file by the check of its
 every pixel made while the model works, or at once when no server answers (bench/predict.py
-measures that a caller sending it does not slow the others); and
+measures how much a caller flooding it slows the others); and
 each answer says where its time went (Server-Timing), which the bench adds up per hop."""
 
 import io
