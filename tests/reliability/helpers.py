@@ -27,3 +27,49 @@ def mid_run(job: TrainingJob, epoch: int = 2) -> TrainingJob:
         timeout=240,
         what=f"epoch {epoch}",
     )
+
+
+def _a_transaction_is_held() -> bool:
+    """Whether another process holds a transaction open on the test database: on SQLite, the
+    one write lock (WAL readers hold none); on PostgreSQL, any open transaction."""
+    import sqlite3
+
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            probe.close()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def freeze(*pids: int, tries: int = 50) -> None:
+    """SIGSTOP the processes at a moment none of them is inside a database transaction. A
+    process frozen mid-write holds its lock until it is thawed (SQLite's one write lock, or
+    PostgreSQL's row locks), so the reaper would wait on it instead of reaping it: a fault of
+    its own, which these tests do not mean to make (CI's SQLite run, 2026-12-06)."""
+    import os
+    import signal
+    import time
+
+    for _ in range(tries):
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.05)  # a statement already sent finishes on the server
+        if not _a_transaction_is_held():
+            return
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.1)
+    raise AssertionError(f"processes {pids} never left their transaction to be frozen")

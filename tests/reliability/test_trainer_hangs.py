@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.reliability.helpers import PRICE, assert_billed_once
+from tests.reliability.helpers import PRICE, assert_billed_once, freeze
 from tests.training.helpers import job_reload, submit, wait_for, wait_state
 from training.metering import spent
 from training.models import AttemptEnd, EpochMetric, JobState, TrainedModel, TrainingJob
@@ -174,8 +174,7 @@ def test_a_frozen_supervisor_thawed_after_its_attempt_was_reaped_writes_nothing(
     old_worker = workers.start()
     job = _running_with_checkpoint(job)
     first = job.attempt_rows.get(number=1)
-    for pid in (first.pid, old_worker.pid):
-        os.kill(pid, signal.SIGSTOP)
+    freeze(first.pid, old_worker.pid)
     try:
         wait_for(lambda: jobs_reap() > 0, timeout=30, every=0.5, what="the reaper")
         first.refresh_from_db()
