@@ -13,7 +13,8 @@ time (wall less Ultralytics' preprocess + inference + postprocess for that call)
 
 Then: the API key's p95 while one caller sends bad input (too big, not an image, truncated,
 a PNG bomb, bad conf/iou/imgsz), each of which must get a 4xx with the reason; where the web's
-time goes per hop (its Server-Timing header, deploy.predict); throughput at 8 and 32 clients
+time goes per hop (its Server-Timing header, deploy.predict); the model server's own row split
+into its engine's share (the engine in this process against `model.predict`) and HTTP's; throughput at 8 and 32 clients
 through the web against the model server's own (goal: within 10%); and micro-batching's
 ratio at --concurrency (goal ≥ 2x).
 
@@ -517,6 +518,7 @@ def main() -> None:
                 through = f"failed: {failed}"
             rates.append((clients, own, through))
         ratio = batching(shared, one_at_a_time, weights, data, params, args.concurrency, total)
+        split = engine_split(weights, image, data, params, device=device, n=n)
     finally:
         if web is not None:
             os.killpg(web.pid, signal.SIGTERM)
@@ -530,6 +532,7 @@ def main() -> None:
         for what, (status, detail, count, took) in bad_rows[1].items():
             print(f"  {what:34} {status} {count:5} {1000 * took / count:7.1f}  {detail[:70]}")
     hops_print(rows, hops)
+    engine_print(rows, split)
     print(f"\nthroughput, {args.throughput_images} images a row")
     print(f"{'clients':>8} {'model server':>14} {'web API (key)':>15} {'web / server':>13}")
     for clients, own, through in rates:
@@ -571,6 +574,57 @@ def bad_input_rows(base_call, key_path, data: bytes, params: dict, n: int):
             raise SystemExit(f"bad input {what!r}: HTTP {status} {detail!r}, not a 4xx with why")
     return [(label + " (in-process alongside: " + _p(measured[base_call[0]]) + ")",
              measured[label]), answers]  # fmt: skip
+
+
+def engine_split(weights: Path, image: Path, data: bytes, params: dict, *, device: str, n: int):
+    """(in-process, engine) ms outside the model, measured round-robin in this process: the
+    model server's engine (decoding and predicting on its own threads, no HTTP) against
+    `model.predict`, so the model server row splits into the engine's share and HTTP's."""
+    from deploy.inference.engine import Engine
+    from deploy.inference.inputs import params_parse
+
+    direct = in_process_call(weights, image, imgsz=params["imgsz"], device=device)
+    query, output = params_parse({k: str(v) for k, v in params.items()})
+
+    async def run() -> tuple[list[float], list[float]]:
+        engine = Engine(device=device)
+        await engine.start()
+        own: list[float] = []
+        through: list[float] = []
+        try:
+            for round_ in range(5 + n):
+                started = time.perf_counter()
+                answer = direct()
+                direct_ms = (time.perf_counter() - started) * 1000 - model_ms(answer)
+                started = time.perf_counter()
+                image_answer = await engine.predict(
+                    key="bench", path=weights, data=data, params=query, output=output
+                )
+                engine_ms = (time.perf_counter() - started) * 1000
+                engine_ms -= sum(image_answer["speed"].values())
+                if round_ >= 5:
+                    own.append(direct_ms)
+                    through.append(engine_ms)
+        finally:
+            await engine.close()
+        return own, through
+
+    return asyncio.run(run())
+
+
+def engine_print(rows, split) -> None:
+    own, through = split
+    server = dict(rows).get("model server, HTTP")
+    base = rows[0][1]
+    if isinstance(server, str) or not own:
+        return
+    engine_added = statistics.median(through) - statistics.median(own)
+    server_added = percentiles([out for _, out in server])[0]
+    server_added -= percentiles([out for _, out in base])[0]
+    print(f"\nthe model server's +{server_added:.1f} ms, split (p50, outside the model): its "
+          f"engine in this process +{engine_added:.1f} over model.predict "
+          f"({statistics.median(own):.1f} vs {statistics.median(through):.1f}), "
+          f"HTTP and the client the other {server_added - engine_added:+.1f}")  # fmt: skip
 
 
 def _p(samples) -> str:
