@@ -31,7 +31,8 @@ def mid_run(job: TrainingJob, epoch: int = 2) -> TrainingJob:
 
 def _a_transaction_is_held() -> bool:
     """Whether another process holds a transaction open on the test database: on SQLite, the
-    one write lock (WAL readers hold none); on PostgreSQL, any open transaction."""
+    one write lock (WAL readers hold none); on PostgreSQL, any client's open transaction
+    (autovacuum's are not a client's)."""
     import sqlite3
 
     from django.db import connection
@@ -49,7 +50,8 @@ def _a_transaction_is_held() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            " AND xact_start IS NOT NULL"
         )
         return cursor.fetchone()[0] > 0
 
