@@ -14,9 +14,9 @@ time (wall less Ultralytics' preprocess + inference + postprocess for that call)
 Then: the API key's p95 while one caller sends bad input (too big, not an image, truncated,
 a PNG bomb, bad conf/iou/imgsz), each of which must get a 4xx with the reason; where the web's
 time goes per hop (its Server-Timing header, deploy.predict); the model server's own row split
-into its engine's share (the engine in this process against `model.predict`) and HTTP's; throughput at 8 and 32 clients
-through the web against the model server's own (goal: within 10%); and micro-batching's
-ratio at --concurrency (goal ≥ 2x).
+into its engine's share (the engine in this process against `model.predict`) and HTTP's;
+throughput at 8 and 32 clients through the web against the model server's own (goal: within
+10%); and micro-batching's ratio at --concurrency (goal ≥ 2x).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/kestrel_bench \\
         .venv/bin/python bench/predict.py [--requests 60] [--imgsz 640] [--clients 8,32]

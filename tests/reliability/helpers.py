@@ -1,7 +1,13 @@
-"""What the reliability tests share about a training run: waiting for it mid-run, and that it
-was billed once."""
+"""What the reliability tests share about a training run: waiting for it mid-run, that it was
+billed once, and freezing its processes outside a database transaction."""
 
+import os
+import signal
+import sqlite3
+import time
 from decimal import Decimal
+
+from django.db import connection
 
 from tests.training.helpers import job_reload, wait_for
 from training.metering import spent
@@ -33,10 +39,6 @@ def _a_transaction_is_held() -> bool:
     """Whether another process holds a transaction open on the test database: on SQLite, the
     one write lock (WAL readers hold none); on PostgreSQL, any client's open transaction
     (autovacuum's are not a client's)."""
-    import sqlite3
-
-    from django.db import connection
-
     if connection.vendor == "sqlite":
         probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.2)
         try:
@@ -61,10 +63,6 @@ def freeze(*pids: int, tries: int = 50) -> None:
     process frozen mid-write holds its lock until it is thawed (SQLite's one write lock, or
     PostgreSQL's row locks), so the reaper would wait on it instead of reaping it: a fault of
     its own, which these tests do not mean to make (CI's SQLite run, 2026-12-06)."""
-    import os
-    import signal
-    import time
-
     for _ in range(tries):
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
