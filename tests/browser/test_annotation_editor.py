@@ -519,6 +519,57 @@ def test_pose_obb_and_classify_tools_view_keys_and_help(
     _no_problems(browser_problems)
 
 
+_POINTER = """([type, x, y, buttons]) => {
+  const canvas = document.querySelector("[data-testid=editor-canvas]");
+  canvas.dispatchEvent(new PointerEvent(type, {
+    clientX: x, clientY: y, button: 0, buttons, pointerId: 1, pointerType: "mouse",
+    isPrimary: true, bubbles: true, cancelable: true,
+  }));
+}"""
+
+
+def test_a_drag_ends_where_the_pointer_was_let_go_when_its_moves_never_came(
+    new_page, browser_problems, team
+):
+    """A busy page may not have handled the moves of a drag when the button is let go (CI: an
+    oriented box turned 72° of the 90° it was dragged). Before: the drag ended where the last
+    move it had handled left it; a press and a release with no move between did nothing. Now:
+    it ends where the pointer was let go; a click (no move) still changes nothing."""
+    workspace, people = team
+    obb, _ = _dataset(workspace, "obb", classes=("plane",))
+    image = ImageFactory(dataset=obb, blob=_photo("dota8", "P0861__1024__0___1648.jpg"))
+    page = new_page("drag-end")
+    log_in(page, people["editor"].email)
+    _open(page, _editor_url(image))
+
+    # The box tool: pressed at one corner, released at the other, no move between.
+    page.evaluate(_POINTER, ["pointerdown", *_at(page, 0.3, 0.3), 1])
+    page.evaluate(_POINTER, ["pointerup", *_at(page, 0.6, 0.5), 0])
+    assert _labels(page)[0]["data"] == pytest.approx(
+        [0.3, 0.3, 0.6, 0.3, 0.6, 0.5, 0.3, 0.5], abs=0.01
+    )
+    _saved(page, 1)
+
+    # Its rotate handle pressed and let go where it is: nothing changes, no revision.
+    top_x, top_y = _at(page, 0.45, 0.3)
+    centre_x, centre_y = _at(page, 0.45, 0.4)
+    page.evaluate(_POINTER, ["pointerdown", top_x, top_y - 28, 1])
+    page.evaluate(_POINTER, ["pointerup", top_x, top_y - 28, 0])
+    assert _labels(page)[0]["data"] == pytest.approx(
+        [0.3, 0.3, 0.6, 0.3, 0.6, 0.5, 0.3, 0.5], abs=1e-9
+    )
+
+    # Pressed, then let go right of the centre: a quarter turn, the first edge straight down.
+    page.evaluate(_POINTER, ["pointerdown", top_x, top_y - 28, 1])
+    page.evaluate(_POINTER, ["pointerup", centre_x + 200, centre_y, 0])
+    d = _labels(page)[0]["data"]
+    assert d[0] == pytest.approx(d[2], abs=0.01) and d[3] > d[1]
+    _saved(page, 2)
+    assert Label.objects.get(image=image).data == pytest.approx(d, abs=1e-4)
+    assert page.evaluate("window.kestrelEditor.revision()") == 2  # the click made none
+    _no_problems(browser_problems)
+
+
 def test_a_save_the_server_refuses_is_shown_and_can_be_fixed(
     new_page, screenshot, browser_problems, team
 ):

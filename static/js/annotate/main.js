@@ -24,6 +24,7 @@ class App {
     this.stage = this.canvas.parentElement;
     this.leaving = false;
     this.pan = null;
+    this.pointerAt = null; // screen position of the last pointer event a tool was given
     this.spaceDown = false;
     this.fitted = false;
     this.drawTimesSeen = 0;
@@ -176,6 +177,7 @@ class App {
       c.focus({ preventScroll: true });
       if (!this.editor.loaded || this.panel.helpOpen) return;
       const p = this.point(event);
+      this.pointerAt = { sx: p.sx, sy: p.sy };
       let result = null;
       if (event.button === 1 || (event.button === 0 && this.spaceDown)) result = "pan";
       else if (event.button === 0) result = this.tool.down(p);
@@ -196,6 +198,7 @@ class App {
         return;
       }
       if (!this.editor.loaded) return;
+      this.pointerAt = { sx: p.sx, sy: p.sy };
       this.tool.move(p);
       this.updateHover(p);
       this.updateCursor(p);
@@ -205,8 +208,15 @@ class App {
       if (this.pan) {
         this.pan = null;
       } else if (this.editor.loaded && event.button === 0) {
-        this.tool.up(this.point(event));
+        const p = this.point(event);
+        // A drag ends where the pointer was let go, even when the browser had not delivered
+        // the moves that led there yet (a busy page: an oriented box turned three quarters of
+        // the way, in CI).
+        const at = this.pointerAt;
+        if (at && (at.sx !== p.sx || at.sy !== p.sy)) this.tool.move(p);
+        this.tool.up(p);
       }
+      this.pointerAt = null;
       this.updateCursor(this.point(event));
       this.renderer.request();
     };
