@@ -209,9 +209,8 @@ class App {
         this.pan = null;
       } else if (this.editor.loaded && event.button === 0) {
         const p = this.point(event);
-        // A drag ends where the pointer was let go, even when the browser had not delivered
-        // the moves that led there yet (a busy page: an oriented box turned three quarters of
-        // the way, in CI).
+        // A drag ends where the pointer was let go, even when the page had not handled the
+        // moves that led there yet (a busy page in CI: an oriented box turned 72° of 90°).
         const at = this.pointerAt;
         if (at && (at.sx !== p.sx || at.sy !== p.sy)) this.tool.move(p);
         this.tool.up(p);
