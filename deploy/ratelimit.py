@@ -2,6 +2,7 @@
 so every web process sees the same count."""
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
@@ -33,7 +34,7 @@ def rate_take(*, who: str, limit: int, now: float | None = None) -> Verdict:
 
 
 def rate_take_reading(
-    *, who: str, limit: int, read: list[str] = (), now: float | None = None
+    *, who: str, limit: int, read: Sequence[str] = (), now: float | None = None
 ) -> tuple[Verdict, tuple]:
     """rate_take, and the values of the Redis keys `read` (None for one that is absent) in the
     same round trip: a call checks whether the tables its kept lookup read have changed as it

@@ -1,4 +1,4 @@
-"""The fault tests' `freeze` waits for a moment no other process holds a transaction open: its
+"""The fault tests' `freeze` stops processes only at a moment none holds a transaction open: its
 probe must see one that is (else a process frozen mid-write would hold SQLite's one write lock,
 or PostgreSQL's row locks, and the reaper would wait on it: CI's SQLite run, 2026-12-06)."""
 
@@ -37,7 +37,7 @@ def _target() -> str:
     return f"host={s['HOST']} port={s['PORT'] or 5432} user={s['USER']} dbname={s['NAME']}"
 
 
-def test_the_probe_sees_another_process_holding_a_transaction_and_freeze_waits_for_its_end():
+def test_the_probe_sees_another_process_holding_a_transaction_and_freeze_will_not_stop_it():
     assert not _a_transaction_is_held()
     holder = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, connection.vendor, _target()],
