@@ -1,17 +1,20 @@
 """What the reliability tests share about a training run: waiting for it mid-run, that it was
 billed once, and freezing its processes outside a database transaction."""
 
+import json
 import os
 import signal
 import sqlite3
 import time
 from decimal import Decimal
 
+import redis
 from django.db import connection
 
 from tests.training.helpers import job_reload, wait_for
 from training.metering import spent
 from training.models import JobState, TrainingJob
+from training.streams import stream_key
 
 PRICE = "3.600"  # an hour's price of the GPU the tests bill: 1,000 micro-credits a second
 PER_SECOND = 1000
@@ -28,11 +31,30 @@ def assert_billed_once(job: TrainingJob) -> None:
 
 
 def mid_run(job: TrainingJob, epoch: int = 2) -> TrainingJob:
+    """The job once its supervisor has stored `epoch` epochs. That lags the trainer by as long
+    as the supervisor is held up (its first checkpoint's inspection took 20 s and more on a
+    loaded machine, and it once stored 23 of 24 epochs at once): a fault meant to come mid-run
+    waits for `trainer_at` instead."""
     return wait_for(
         lambda: (j := job_reload(job)).state == JobState.RUNNING and j.epochs_done >= epoch and j,
         timeout=240,
         what=f"epoch {epoch}",
     )
+
+
+def trainer_epoch(client: redis.Redis, job: TrainingJob) -> int:
+    """The last epoch the trainer has sent to its stream (0 before its first)."""
+    for _, fields in client.xrevrange(stream_key(job.pk), count=500):
+        if fields.get(b"t") == b"epoch":
+            return int(json.loads(fields[b"d"])["epoch"])
+    return 0
+
+
+def trainer_at(client: redis.Redis, job: TrainingJob, epoch: int = 2) -> int:
+    """Waits until the trainer itself has sent `epoch`, whatever the supervisor has stored;
+    the trainer's epoch then."""
+    wait_for(lambda: trainer_epoch(client, job) >= epoch, timeout=240, what=f"trainer's {epoch}")
+    return trainer_epoch(client, job)
 
 
 def _a_transaction_is_held() -> bool:

@@ -3,7 +3,6 @@ or for long and coming back empty), the training worker killed, PostgreSQL dropp
 supervisor's connections. Each run must end with every epoch exactly once, every console line,
 and every second of machine time charged once."""
 
-import json
 import os
 import threading
 import time
@@ -16,7 +15,13 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from tests.reliability.conftest import log_lines_of
-from tests.reliability.helpers import PRICE, assert_billed_once, mid_run
+from tests.reliability.helpers import (
+    PRICE,
+    assert_billed_once,
+    mid_run,
+    trainer_at,
+    trainer_epoch,
+)
 from tests.training.helpers import job_reload, submit, wait_for, wait_state
 from training.models import AttemptEnd, EpochMetric, JobState, LogChunk, TrainingJob
 from training.streams import stream_key
@@ -117,7 +122,7 @@ def test_redis_killed_for_a_second_mid_epoch_costs_the_run_nothing(
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
     faulty.start()
-    mid_run(job)
+    trainer_at(own_redis.client(), job)
     own_redis.outage(1.0)
     job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
     assert_whole(job, epochs)
@@ -142,11 +147,11 @@ def test_redis_restarted_empty_between_two_events_loses_none_of_them(
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
     worker = faulty.start()
-    mid_run(job)
+    trainer_at(own_redis.client(), job)
     os.kill(worker.pid, signal.SIGSTOP)  # its trainer goes on, and its events wait unread
     try:
         time.sleep(2.0)
-        in_stream = own_redis.client().xlen(f"training:job:{job.pk}:events")
+        in_stream = own_redis.client().xlen(stream_key(job.pk))
         own_redis.outage(0.1)
     finally:
         os.kill(worker.pid, signal.SIGCONT)
@@ -155,14 +160,6 @@ def test_redis_restarted_empty_between_two_events_loses_none_of_them(
     assert_whole(job, epochs)
     assert_console_whole(job, log)
     assert_billed_once(job)
-
-
-def _trainer_epoch(client: redis.Redis, job: TrainingJob) -> int:
-    """The last epoch the trainer has sent to its stream (0 before its first)."""
-    for _, fields in client.xrevrange(stream_key(job.pk), count=500):
-        if fields.get(b"t") == b"epoch":
-            return int(json.loads(fields[b"d"])["epoch"])
-    return 0
 
 
 def test_redis_gone_for_15_s_and_back_empty_costs_the_run_nothing(
@@ -176,12 +173,7 @@ def test_redis_gone_for_15_s_and_back_empty_costs_the_run_nothing(
     job = submit(team, project, detect_version, priced, epochs=epochs)
     log = TrainerLog(job, tmp_path)
     faulty.start()
-    # The trainer's own progress, read from its stream: the epochs stored lag it by as long as
-    # the supervisor is held up (its first checkpoint's inspection took 20 s and more on a
-    # loaded machine, and it once stored 23 of 24 epochs at once: the outage came after the run).
-    stream = own_redis.client()
-    wait_for(lambda: _trainer_epoch(stream, job) >= 2, timeout=240, what="the trainer's epoch 2")
-    down_at = _trainer_epoch(stream, job)
+    down_at = trainer_at(own_redis.client(), job)  # the epochs stored may lag far behind
     own_redis.outage(15.0)
     job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=400)
     assert_whole(job, epochs)
@@ -266,9 +258,9 @@ def test_a_trainer_reporting_over_http_outlives_the_web_server_killed_mid_run(
     try:
         faulty.start()
         stream = redis.Redis.from_url(faulty.env_extra["TRAINING_REDIS_URL"])
-        wait_for(lambda: _trainer_epoch(stream, job) >= 2, timeout=240, what="epoch 2")
+        trainer_at(stream, job)
         web.kill()
-        down_at = _trainer_epoch(stream, job)  # the trainer's, however far the supervisor lags
+        down_at = trainer_epoch(stream, job)  # the trainer's, however far the supervisor lags
         spool = log.folder / "attempt-1" / "events.spool"
         wait_for(lambda: spool.exists() and spool.stat().st_size > 0, timeout=10,
                  what="events kept on the trainer's disk")  # fmt: skip
