@@ -502,7 +502,9 @@ def main() -> None:
                 return response
 
             calls.append((label, call))
+        web_cpu = WebCpu(web)
         measured = interleaved([(label, call) for label, call in calls if callable(call)], n)
+        web_cpu.stop(calls=sum(len(h) for h in hops.values()))
         rows = [(label, measured.get(label, call)) for label, call in calls]
         if not skipped:
             bad_rows = bad_input_rows(calls[0], paths[WEB_ROWS[0]], data, params, n)
@@ -532,6 +534,7 @@ def main() -> None:
         for what, (status, detail, count, took) in bad_rows[1].items():
             print(f"  {what:34} {status} {count:5} {1000 * took / count:7.1f}  {detail[:70]}")
     hops_print(rows, hops)
+    web_cpu.print()
     engine_print(rows, split)
     print(f"\nthroughput, {args.throughput_images} images a row")
     print(f"{'clients':>8} {'model server':>14} {'web API (key)':>15} {'web / server':>13}")
@@ -624,7 +627,8 @@ def engine_print(rows, split) -> None:
     print(f"\nthe model server's +{server_added:.1f} ms, split (p50, outside the model): its "
           f"engine in this process +{engine_added:.1f} over model.predict "
           f"({statistics.median(own):.1f} vs {statistics.median(through):.1f}), "
-          f"HTTP and the client the other {server_added - engine_added:+.1f}")  # fmt: skip
+          f"the rest (HTTP, the client, the other processes' work between calls) "
+          f"{server_added - engine_added:+.1f}")  # fmt: skip
 
 
 def _p(samples) -> str:
@@ -685,6 +689,33 @@ def hops_print(rows, hops: dict[str, list[dict]]) -> None:
               + " ".join(f"{v:6.2f}" for v in med)
               + f" {statistics.median(server):7.1f} {statistics.median(model_own):6.1f}"
               + f" {short:6.0%} {kept:6.0%}")  # fmt: skip
+
+
+class WebCpu:
+    """The CPU the web process spent on each of its calls in the latency rows (all its threads;
+    user and system), from psutil: what a call costs the web, on the answer's path or not."""
+
+    def __init__(self, web):
+        import psutil
+
+        self.process = psutil.Process(web.pid) if web is not None else None
+        self.before = self.process.cpu_times() if self.process else None
+        self.per_call = None
+
+    def stop(self, *, calls: int) -> None:
+        if self.process is None or not calls:
+            return
+        after = self.process.cpu_times()
+        self.per_call = (
+            (after.user - self.before.user) * 1000 / calls,
+            (after.system - self.before.system) * 1000 / calls,
+        )
+
+    def print(self) -> None:
+        if self.per_call is not None:
+            user, system = self.per_call
+            print(f"\nthe web process's CPU per call (all its threads): {user + system:.2f} ms "
+                  f"(user {user:.2f}, system {system:.2f})")  # fmt: skip
 
 
 def batching(shared, one_at_a_time, weights, data, params, clients: int, total: int):
