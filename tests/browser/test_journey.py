@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import io
 import re
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -99,6 +100,7 @@ class Journey:
         and says little."""
         self.number += 1
         path = SCREENSHOT_DIR / f"journey-{self.number:02d}-{name}.png"
+        started = time.monotonic()
         try:
             yield
         except BaseException as exc:
@@ -106,6 +108,8 @@ class Journey:
                 page.screenshot(path=str(path.with_suffix(".FAILED.png")), full_page=True)
             exc.add_note(f"journey step {self.number} ({name}), at {page.url}")
             raise
+        finally:  # in the captured output of a failure: where the journey's time went
+            print(f"journey step {self.number} ({name}): {time.monotonic() - started:.1f} s")
         if shot:
             page.locator(shot).screenshot(path=str(path))
         else:
