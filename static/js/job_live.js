@@ -798,6 +798,10 @@
     }, wait);
   }
 
+  var RETRY_FIRST_MS = 5000;
+  var RETRY_MAX_MS = 60000;
+  var retryDelay = RETRY_FIRST_MS;
+
   function connect() {
     if (!data.events_url || typeof window.EventSource === "undefined") {
       note("Live updates are not available: reload the page to see changes.");
@@ -808,12 +812,18 @@
     stream.addEventListener("open", function () {
       streamState("open");
       note("");
+      retryDelay = RETRY_FIRST_MS;
     });
     stream.addEventListener("error", function () {
       if (!stream) return;
       if (stream.readyState === EventSource.CLOSED) {
+        // The browser gives up for good on an answer that is not the stream (a 502 from a
+        // proxy, a 500 while the server was overloaded): ask again later, less and less often.
+        stream = null;
         streamState("closed");
-        note("Live updates stopped: reload the page.");
+        note("Live updates paused: trying again in " + Math.round(retryDelay / 1000) + " s.");
+        setTimeout(connect, retryDelay);
+        retryDelay = Math.min(retryDelay * 2, RETRY_MAX_MS);
       } else {
         streamState("reconnecting");
         note("Reconnecting…");

@@ -402,3 +402,53 @@ def test_the_header_says_when_nobody_is_watching_the_run(
     assert page.evaluate("window.__samePage") is True
     assert not browser_problems.page_errors, browser_problems.page_errors
     assert not browser_problems.console_errors, browser_problems.console_errors
+
+
+def test_a_stream_refused_by_a_proxy_is_asked_again_and_the_page_follows_on(
+    new_page, asgi_server, team
+):
+    """A browser gives an event stream up for good when an answer is not the stream (a 502 from
+    a proxy in front, a 500 from a server under load): the page says so, asks again a few
+    seconds later, and follows the run from there, never reloaded."""
+    cache.clear()
+    access = team.access("owner")
+    project = Project.objects.create(workspace=team.workspace, name="Birds", created_by=team.owner)
+    job = job_row(
+        project=project,
+        version=small_version(access=access),
+        gpu=local_gpu(),
+        user=team.owner,
+        name="proxied run",
+        state=JobState.RUNNING,
+        attempts=1,
+        epochs=5,
+        batch=4,
+    )
+    trainer = Trainer(job)
+    page = new_page("editor")
+    log_in(page, team.editor.email, asgi_server)
+    asked = []
+
+    def proxy(route):  # the first two asks get the proxy's error page, the rest go through
+        asked.append(time.monotonic())
+        if len(asked) <= 2:
+            route.fulfill(status=502, content_type="text/html", body="<h1>502 Bad Gateway</h1>")
+        else:
+            route.continue_()
+
+    page.route(f"**/jobs/{job.pk}/events", proxy)
+    page.goto(f"{asgi_server}/w/acme/training/jobs/{job.pk}/")
+    page.evaluate("window.__samePage = true")
+    page.locator("#job-live[data-stream=closed]").wait_for()
+    paused = page.inner_text("[data-testid=job-live-note]")
+    assert paused == "Live updates paused: trying again in 5 s."
+    page.locator("#job-live[data-stream=open][data-snapshot=applied]").wait_for(timeout=30_000)
+    assert len(asked) == 3
+    assert 4.5 <= asked[1] - asked[0] and 9.5 <= asked[2] - asked[1]  # less and less often
+    assert not page.get_by_test_id("job-live-note").is_visible()
+
+    trainer.batch(1, 4)
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=job-epoch-bar]').value === 4"
+    )
+    assert page.evaluate("window.__samePage") is True
