@@ -418,10 +418,45 @@ def quick_test_run(journey: Journey, page) -> TrainingJob:
         assert re.search(r"/training/jobs/\d+/$", page.url), page.url
         # It waits its turn behind the demo job (queued first, on the same machine: about two
         # minutes of CPU, several on a busy machine).
-        page.locator("[data-testid=job-status][data-state=succeeded]").wait_for(timeout=600_000)
-    quick = TrainingJob.objects.get(is_quick_test=True)
+        quick = _ended(page, TrainingJob.objects.filter(is_quick_test=True))
     assert quick.state == JobState.SUCCEEDED
     return quick
+
+
+ENDED = (
+    "[data-testid=job-status]"
+    ":is([data-state=succeeded], [data-state=failed], [data-state=canceled])"
+)
+
+
+def _ended(page, jobs) -> TrainingJob:
+    """Wait until the job page shows the one job of `jobs` ended, and that it succeeded: 15
+    minutes at most (each run takes 1.5-3.5 min here, alone or beside a full suite, and CI's
+    machine can be twice as slow). A failure says where every job of the install stands and
+    whether the page still follows it: a failed run is told from a slow one, a run waiting its
+    turn from one never picked up, and a page that stopped following from both."""
+
+    def where() -> str:
+        jobs_now = "\n".join(
+            f"job {j.pk} ({j.name}): {j.state}, epoch {j.epochs_done}, attempts {j.attempts}, "
+            f"lost {j.lost_attempts}, lease {j.lease_owner or '-'} until {j.lease_until}, "
+            f"updated {j.updated_at:%H:%M:%S}, error {j.error!r}"
+            for j in TrainingJob.objects.order_by("pk")
+        )
+        page_now = "?"
+        with contextlib.suppress(Exception):
+            stream = page.get_attribute("#job-live", "data-stream")
+            page_now = f"stream {stream}, note {page.inner_text('[data-testid=job-live-note]')!r}"
+        return f"at {time.strftime('%H:%M:%S')}, the page: {page_now}\n{jobs_now}"
+
+    try:
+        page.locator(ENDED).wait_for(timeout=900_000)
+    except Exception as exc:
+        exc.add_note(where())
+        raise
+    job = jobs.get()
+    assert job.state == JobState.SUCCEEDED, where()
+    return job
 
 
 def train_watch_stop_resume(journey: Journey, page, project_url: str) -> TrainingJob:
@@ -451,8 +486,7 @@ def train_watch_stop_resume(journey: Journey, page, project_url: str) -> Trainin
         assert "held" not in page.inner_text("[data-testid=job-cost]")
     with journey.step("resumed-and-done", page):
         page.click("[data-testid=job-resume]")
-        page.locator("[data-testid=job-status][data-state=succeeded]").wait_for(timeout=600_000)
-        job.refresh_from_db()
+        job = _ended(page, TrainingJob.objects.filter(pk=job.pk))
         # All its epochs, or fewer when the recipe's patience ended it early.
         assert job.state == JobState.SUCCEEDED and job.attempts == 2
         assert 0 < job.epochs_done <= EPOCHS

@@ -30,6 +30,10 @@ def worker(transactional_db):
     workers.stop_all()
 
 
+@pytest.mark.same_on_any_database(
+    "a browser driving a real run: its rows are written as in tests/training/test_engine.py, "
+    "which runs on both, and the newcomer's journey walks the same pages on SQLite"
+)
 def test_a_person_trains_stops_resumes_and_downloads_a_model(
     new_page,
     screenshot,
