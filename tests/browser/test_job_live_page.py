@@ -124,6 +124,23 @@ def _system(gpu: bool, i: int) -> dict:
     return values
 
 
+def _running_job(team, name: str, **fields) -> TrainingJob:
+    """A job row of the team's, running its first attempt on the local machine, batch 4."""
+    access = team.access("owner")
+    project = Project.objects.create(workspace=team.workspace, name="Birds", created_by=team.owner)
+    return job_row(
+        project=project,
+        version=small_version(access=access),
+        gpu=local_gpu(),
+        user=team.owner,
+        name=name,
+        state=JobState.RUNNING,
+        attempts=1,
+        batch=4,
+        **fields,
+    )
+
+
 def test_the_job_page_follows_a_run_without_reloading(
     new_page, screenshot, browser_problems, asgi_server, team
 ):
@@ -342,20 +359,9 @@ def test_the_header_says_when_nobody_is_watching_the_run(
     from training.streams import beat_key
 
     cache.clear()
-    access = team.access("owner")
-    project = Project.objects.create(workspace=team.workspace, name="Birds", created_by=team.owner)
     quiet = timezone.now() - timedelta(seconds=2 * settings.TRAINING_HEARTBEAT_SECONDS + 23)
-    job = job_row(
-        project=project,
-        version=small_version(access=access),
-        gpu=local_gpu(),
-        user=team.owner,
-        name="quiet run",
-        state=JobState.RUNNING,
-        attempts=1,
-        epochs=150,
-        batch=4,
-        started_at=timezone.now() - timedelta(minutes=5),
+    job = _running_job(
+        team, "quiet run", epochs=150, started_at=timezone.now() - timedelta(minutes=5)
     )
     TrainingJob.objects.filter(pk=job.pk).update(
         epochs_done=11, checkpoint_epoch=10, heartbeat_at=quiet
@@ -411,19 +417,7 @@ def test_a_stream_refused_by_a_proxy_is_asked_again_and_the_page_follows_on(
     a proxy in front, a 500 from a server under load): the page says so, asks again a few
     seconds later, and follows the run from there, never reloaded."""
     cache.clear()
-    access = team.access("owner")
-    project = Project.objects.create(workspace=team.workspace, name="Birds", created_by=team.owner)
-    job = job_row(
-        project=project,
-        version=small_version(access=access),
-        gpu=local_gpu(),
-        user=team.owner,
-        name="proxied run",
-        state=JobState.RUNNING,
-        attempts=1,
-        epochs=5,
-        batch=4,
-    )
+    job = _running_job(team, "proxied run", epochs=5)
     trainer = Trainer(job)
     page = new_page("editor")
     log_in(page, team.editor.email, asgi_server)
