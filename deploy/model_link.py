@@ -11,7 +11,6 @@ import http.client
 import json
 import ssl
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
 from urllib.parse import urlencode, urlsplit
@@ -68,10 +67,8 @@ def _connect(scheme: str, host: str, port: int) -> http.client.HTTPConnection:
     return conn
 
 
-def _send(conn, path: str, body: bytes, headers: dict, meanwhile) -> Answer:
+def _send(conn, path: str, body: bytes, headers: dict) -> Answer:
     conn.request("POST", path, body=body, headers=headers)
-    if meanwhile is not None:
-        meanwhile()
     response = conn.getresponse()
     content = response.read()
     if response.will_close:
@@ -85,12 +82,9 @@ def model_server_post(
     content: bytes,
     params: dict | None = None,
     headers: dict | None = None,
-    meanwhile: Callable[[], None] | None = None,
 ) -> Answer:
     """POST `content` to `url` (with `params` as its query) on a kept connection; the whole
-    answer. LinkError when the server cannot be reached or its answer read. `meanwhile`: run
-    once the request is sent, while the server works on it (deploy.predict checks the image's
-    every pixel then); what it raises abandons the call, its connection closed."""
+    answer. LinkError when the server cannot be reached or its answer read."""
     parts = urlsplit(url)
     scheme = parts.scheme or "http"
     if scheme not in ("http", "https") or not parts.hostname:
@@ -108,19 +102,18 @@ def model_server_post(
         for attempt in range(2):
             conn = conn or _connect(*slot)
             try:
-                answer = _send(conn, path, content, headers, meanwhile)
+                answer = _send(conn, path, content, headers)
                 break
             except _STALE:
                 conn.close()
                 conn = None
-                meanwhile = None  # it ran (or the request never went): once is enough
                 if attempt:
                     raise
     except (OSError, http.client.HTTPException) as exc:
         if conn is not None:
             conn.close()
         raise LinkError(f"{type(exc).__name__}: {exc}") from exc
-    except BaseException:  # `meanwhile` refused the call: its answer is never read
+    except BaseException:  # interrupted: the connection's state is unknown
         if conn is not None:
             conn.close()
         raise

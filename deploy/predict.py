@@ -2,8 +2,8 @@
 
 Web processes check the caller, the plan's rate limit, the image's header and the parameters,
 then forward the image to a model server process (deploy.inference): the shared one, or a
-deployment's own; its every pixel is checked as imports check it (the same guarded loader)
-while the model works. Torch never loads here."""
+deployment's own, which decodes its every pixel and refuses a file an import would refuse,
+with the import's reason. Torch never loads here."""
 
 import base64
 import binascii
@@ -244,32 +244,12 @@ class _Hops:
         return ", ".join(f"{n};dur={s * 1000:.2f}" for n, s in parts) + kept
 
 
-class _PixelCheck:
-    """The image checked as an import checks it (datasets.services.images), in two parts: its
-    header before the model server is asked (not an image, a format not accepted, a bomb: no
-    model server sees those), and every pixel (a truncated or corrupt file) once the request
-    is sent, while the model works on it: 0.8 ms of a call's web time before (bench/predict.py),
-    none now. Called again, it answers as the first time. Either refusal is a 400 with the
-    reason; the model server, which decodes every pixel too, refuses such a file itself."""
-
-    def __init__(self, data: bytes):
-        self.data, self.refused, self.done = data, None, False
-
-    def header(self) -> None:
-        try:
-            image_header_check(self.data)
-        except ImageRejected as exc:
-            raise PredictRefused(400, f"The file is not a usable image: {exc}.") from None
-
-    def __call__(self) -> None:
-        if not self.done:
-            self.done = True
-            try:
-                image_check(self.data)
-            except ImageRejected as exc:
-                self.refused = PredictRefused(400, f"The file is not a usable image: {exc}.")
-        if self.refused is not None:
-            raise self.refused
+def _image_refused(check, data: bytes) -> None:
+    """`check` (datasets.services.images) refusing `data`: a 400 with the import's reason."""
+    try:
+        check(data)
+    except ImageRejected as exc:
+        raise PredictRefused(400, f"The file is not a usable image: {exc}.") from None
 
 
 def _database_release() -> None:
@@ -325,8 +305,10 @@ def predict_forward(
         data, values = request_image(request)
         params = params_parse(values, model)
         hops.mark("body")
-        pixels = _PixelCheck(data)  # a header first; every pixel while the model works
-        pixels.header()
+        # Its header here: not an image, a format not accepted, a bomb are never sent. Its every
+        # pixel the model server decodes as an import would, and refuses a damaged file with
+        # the import's reason (deploy.inference.inputs): not decoded here a second time.
+        _image_refused(image_header_check, data)
         hops.mark("image")
         path, cache_key = model_file(model)
         _database_release()
@@ -335,7 +317,6 @@ def predict_forward(
                 f"{server_url}/predict",
                 params=params.query(),
                 content=data,
-                meanwhile=pixels,
                 headers={
                     "Authorization": "Bearer "
                     + inference_token(
@@ -354,12 +335,11 @@ def predict_forward(
                 },
             )
         except LinkError as exc:
-            pixels()  # a bad image's reason before a server that is away
+            _image_refused(image_check, data)  # a bad image's reason before a server away
             logger.warning("model server %s: %s", server_url, exc)
             raise PredictRefused(
                 503, "The model server is not answering; it may be starting. Try again shortly."
             ) from None
-        pixels()  # run already, unless a kept connection had to be made again
         hops.mark("model")
         if answer.status_code != 200 or not answer.headers.get("content-type", "").startswith(
             "application/json"

@@ -85,28 +85,105 @@ def params_parse(query: dict[str, str]) -> tuple[PredictParams, OutputParams]:
     return predict, output
 
 
+JPEG_FORMATS = ("JPEG", "MPO")  # an MPO (phones) is a JPEG with more pictures after its first
+_ORIENTATION = 0x0112  # EXIF
+# libjpeg's warnings that begin so are damage a viewer draws past (stray bytes, a bad code);
+# Pillow, and so an import (datasets.services.images), accepts such a file. Its others, and
+# its errors, are a file cut short or worse, which an import refuses.
+_JPEG_DAMAGE_SHOWN = "Corrupt JPEG data"
+
+
 def image_decode(data: bytes, max_pixels: int) -> np.ndarray:
-    """The image as Ultralytics takes it (BGR, upright as its EXIF says), or InferenceError(400).
-    The size is read from the header first, so a decompression bomb is never decoded."""
+    """The image as Ultralytics takes it (BGR, upright as its EXIF says), or InferenceError(400)
+    with the reason an import would give (datasets.services.images): a file is refused here
+    when, and only when, an import would refuse it. The size is read from the header first, so
+    a decompression bomb is never decoded.
+
+    A JPEG is decoded by libjpeg-turbo through simplejpeg, which says when the stream is cut
+    short or broken (OpenCV decodes some such files without a word): the same pixels OpenCV
+    gives, in the same time, with the check an import makes in the same pass. Other formats
+    (and CMYK JPEGs) by OpenCV, which refuses a damaged file where Pillow does, Pillow having
+    the last word and the reason."""
     import cv2
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError
 
     if not data:
         raise InferenceError(400, "The request body is empty; send the image's bytes.")
     try:
         with Image.open(io.BytesIO(data)) as header:
             width, height = header.size
+            fmt = header.format
+            orientation = _orientation(header) if fmt in JPEG_FORMATS else 1
     # Ultralytics wraps Image.open to try a HEIF plugin on unknown data, which may be missing.
     except (UnidentifiedImageError, OSError, ValueError, ImportError, Image.DecompressionBombError):
         raise InferenceError(400, "The body is not an image this server can read.") from None
     if width * height > max_pixels:
         raise InferenceError(400, f"The image has more than {max_pixels:,} pixels.")
+    if fmt in JPEG_FORMATS:
+        image = _jpeg_decode(data)
+        if image is not None:
+            return _upright(image, orientation)
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if image is None:  # a format OpenCV lacks, or a truncated file: Pillow has the last word
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                rgb = np.asarray(ImageOps.exif_transpose(img).convert("RGB"))
-        except (OSError, ValueError, ImportError, Image.DecompressionBombError):
-            raise InferenceError(400, "The image could not be decoded.") from None
-        image = np.ascontiguousarray(rgb[:, :, ::-1])
+    if image is None:  # a format OpenCV lacks, or a damaged file: Pillow has the last word
+        image = _pillow_decode(data)
     return image
+
+
+def _undecodable(reason: object) -> InferenceError:
+    return InferenceError(
+        400, f"The file is not a usable image: unreadable or truncated image ({reason})."
+    )
+
+
+def _orientation(header) -> int:
+    try:
+        return int(header.getexif().get(_ORIENTATION, 1))
+    except Exception:  # noqa: BLE001 - unreadable EXIF: drawn as stored, as OpenCV draws it
+        return 1
+
+
+def _jpeg_decode(data: bytes) -> np.ndarray | None:
+    """A JPEG's BGR pixels as stored (not turned), InferenceError(400) for a file an import
+    refuses, or None for OpenCV to decode: a CMYK JPEG (simplejpeg does not convert it to
+    BGR), a header TurboJPEG does not read, or damage a viewer draws past (OpenCV's pixels
+    then, or Pillow's, or Pillow's refusal)."""
+    import simplejpeg
+
+    try:
+        colorspace = simplejpeg.decode_jpeg_header(data)[2]
+    except ValueError:  # a header TurboJPEG will not read: as any other format's
+        return None
+    if colorspace not in ("YCbCr", "Gray", "RGB"):
+        return None
+    try:
+        return simplejpeg.decode_jpeg(data, colorspace="BGR", strict=True)
+    except ValueError as warned:
+        if not str(warned).startswith(_JPEG_DAMAGE_SHOWN):
+            raise _undecodable(warned) from None
+    return None
+
+
+def _upright(image: np.ndarray, orientation: int) -> np.ndarray:
+    """`image` turned as its EXIF orientation says (what OpenCV's imdecode and Pillow's
+    exif_transpose do)."""
+    turned = {
+        2: lambda i: i[:, ::-1],
+        3: lambda i: i[::-1, ::-1],
+        4: lambda i: i[::-1],
+        5: lambda i: i.transpose(1, 0, 2),
+        6: lambda i: np.rot90(i, -1),
+        7: lambda i: i[::-1, ::-1].transpose(1, 0, 2),
+        8: lambda i: np.rot90(i, 1),
+    }.get(orientation)
+    return image if turned is None else np.ascontiguousarray(turned(image))
+
+
+def _pillow_decode(data: bytes) -> np.ndarray:
+    from PIL import Image, ImageOps
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            rgb = np.asarray(ImageOps.exif_transpose(img).convert("RGB"))
+    except (OSError, ValueError, SyntaxError, ImportError, Image.DecompressionBombError) as error:
+        raise _undecodable(error) from None
+    return np.ascontiguousarray(rgb[:, :, ::-1])

@@ -1,8 +1,8 @@
 """Bad input on the predict path is refused cheaply, with the reason: what an image's header or
-the parameters show before any model server is asked, a truncated file by the check of its
-every pixel made while the model works, or at once when no server answers (bench/predict.py
-measures how much a caller flooding it slows the others); and
-each answer says where its time went (Server-Timing), which the bench adds up per hop."""
+the parameters show before any model server is asked, a truncated file by the model server's
+decode, or by the web's own check when no server answers (bench/predict.py measures how much a
+caller flooding it slows the others); and each answer says where its time went
+(Server-Timing), which the bench adds up per hop."""
 
 import io
 

@@ -141,13 +141,14 @@ def test_the_short_way_answers_what_the_full_way_answers(
     "the model server's side of a refusal is what is tested; the refusals' rows are tested on "
     "both in tests/deploy/test_predict_speed_bad_input.py"
 )
-def test_an_image_checked_while_the_model_works_is_refused_with_its_reason(
+def test_a_damaged_image_is_refused_by_the_model_servers_one_decode_with_the_imports_reason(
     team, confident_yolo_models, inference_server, settings
 ):
-    """Every pixel of an image is checked once it has gone to the model server, while the model
-    works (deploy.predict): a truncated JPEG is refused with the web's reason, and the
-    connection its abandoned answer was on is not used again, so each next call gets its own
-    answer. Not an image, and a bomb, are refused by their header: the server never sees them."""
+    """Every pixel of an image is decoded once, by the model server, which refuses a file an
+    import would refuse, with the import's reason (deploy.inference.inputs): a truncated JPEG,
+    and one with a marker no scan may hold (OpenCV decoded that one without a word); each next
+    call gets its own answer. Not an image, and a bomb, are refused by their header in the web:
+    the server never sees them."""
     settings.INFERENCE_URL = inference_server.url
     model, raw = _served(team, confident_yolo_models)
     client = Client(headers={"Authorization": f"Bearer {raw}"})
@@ -172,10 +173,15 @@ def test_an_image_checked_while_the_model_works_is_refused_with_its_reason(
         refused = post(data)
         assert refused.status_code == 400 and words in refused.json()["detail"]
     assert requests() == before
-    for _ in range(3):
-        refused = post(whole[: len(whole) * 3 // 4])
+    scan = whole.index(b"\xff\xda")
+    broken = whole[: scan + 4000] + b"\xff\x3b" + whole[scan + 4000 :]
+    for damaged in (whole[: len(whole) * 3 // 4], broken, whole[: len(whole) // 2]):
+        refused = post(damaged)
         assert refused.status_code == 400, refused.content
-        assert "truncated" in refused.json()["detail"]
+        assert refused.json()["detail"].startswith(
+            "The file is not a usable image: unreadable or truncated image ("
+        )
         again = post(whole)
         assert again.status_code == 200, again.content
         assert again.json()["images"][0]["results"] == boxes
+    assert requests() == before + 6  # the server decided on the damaged files itself
