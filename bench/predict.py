@@ -95,14 +95,14 @@ def in_process_call(weights: Path, image: Path, *, imgsz: int, device: str):
 class Server:
     """An inference server process of this run."""
 
-    def __init__(self, name: str, *args: str, env: dict | None = None):
+    def __init__(self, name: str, *args: str, env: dict | None = None, root: Path = ROOT):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deploy.inference", "--host", "127.0.0.1", "--port",
              str(self.port), "--name", name, *args],
-            cwd=ROOT, env={**os.environ, **(env or {})}, start_new_session=True,
+            cwd=root, env={**os.environ, **(env or {})}, start_new_session=True,
         )  # fmt: skip
 
     def wait(self) -> "Server":
