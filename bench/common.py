@@ -119,14 +119,29 @@ def training_worker(env: dict | None = None) -> subprocess.Popen:
     return celery_worker(settings.TRAINING_QUEUE, "--pool", "solo", env=env)
 
 
-def web_server(port: int, *args: str) -> subprocess.Popen:
+def web_server(port: int, *args: str, root: Path = ROOT) -> subprocess.Popen:
     """The app under uvicorn, as `make run` serves it: one process, or more with
-    `--workers N` in `args`."""
+    `--workers N` in `args`. `root`: the checkout whose code it runs (bench/predict_versions.py
+    runs another's beside this one)."""
     return subprocess.Popen(
         [sys.executable, "-m", "config.web", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5", *args],
-        cwd=ROOT, env=os.environ.copy(), start_new_session=True,
+        cwd=root, env=os.environ.copy(), start_new_session=True,
     )  # fmt: skip
+
+
+def web_wait(base: str, timeout: float = 60) -> None:
+    """Until the web at `base` answers (SystemExit after `timeout` seconds)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{base}/", timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.3)
+    raise SystemExit(f"the web at {base} did not start")
 
 
 def processes_stop(procs: list[subprocess.Popen], timeout: float = 20) -> None:

@@ -47,6 +47,7 @@ from bench.common import (  # noqa: E402
     session_cookie,
     training_env,
     web_server,
+    web_wait,
 )
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -224,7 +225,6 @@ def web_setup(weights: Path, params: dict, shared: Server, dedicated: Server):
     """The web and what its callers need: (skip reason or None, web process, a dict of
     label → (url, headers) per caller path, the API key's URL and headers for the throughput
     and bad-input rows)."""
-    import httpx
     from django.core.files.base import ContentFile
     from django.core.files.storage import default_storage
     from django.core.management import call_command
@@ -275,13 +275,7 @@ def web_setup(weights: Path, params: dict, shared: Server, dedicated: Server):
     os.environ.clear()
     os.environ.update(env_before)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/", timeout=1)
-            break
-        except httpx.TransportError:
-            time.sleep(0.3)
+    web_wait(base)
     api = f"{base}/api/v1/models/{model.pk}/predict"
     by_key = {"Authorization": f"Bearer {raw}"}
 

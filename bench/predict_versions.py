@@ -18,7 +18,6 @@ import os
 import secrets
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import bench.predict as predict  # noqa: E402
-from bench.common import free_port, training_env, web_server  # noqa: E402
+from bench.common import free_port, training_env, web_server, web_wait  # noqa: E402
 
 
 class Checkout:
@@ -42,33 +41,17 @@ class Checkout:
     def web_start(self, url: str) -> None:
         """This version's web on a port of its own, sending to its own model server; `url`, the
         API's predict URL on any web, is moved onto it."""
-        import httpx
-
         port = free_port()
         env = dict(os.environ)
         os.environ.update(INFERENCE_URL=self.server.url, DEPLOY_HOST="127.0.0.1", DEBUG="false")
         try:
-            if self.root == ROOT:
-                self.web = web_server(port)
-            else:
-                self.web = subprocess.Popen(
-                    [sys.executable, "-m", "config.web", "--host", "127.0.0.1", "--port",
-                     str(port), "--log-level", "warning"],
-                    cwd=self.root, env=dict(os.environ), start_new_session=True,
-                )  # fmt: skip
+            self.web = web_server(port, root=self.root)
         finally:
             os.environ.clear()
             os.environ.update(env)
         base = f"http://127.0.0.1:{port}"
         self.url = base + url[url.index("/api/") :]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{base}/", timeout=1)
-                return
-            except httpx.TransportError:
-                time.sleep(0.3)
-        raise SystemExit(f"the {self.label} web did not start")
+        web_wait(base)
 
     def stop(self) -> None:
         if self.web is not None and self.web.poll() is None:
