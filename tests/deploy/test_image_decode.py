@@ -68,8 +68,10 @@ def _marker_mid_scan(data: bytes, marker: bytes) -> bytes:
     return data[:middle] + marker + data[middle:]
 
 
-@pytest.mark.parametrize("name", FILES)
-def test_a_whole_image_gives_opencvs_pixels(name):
+@pytest.mark.parametrize("name", ["jpeg", "progressive", "gray"])
+def test_a_whole_jpeg_gives_opencvs_pixels(name):
+    """simplejpeg's decode, which the server now uses for these, against OpenCV's (other
+    formats are still OpenCV's own)."""
     data = FILES[name]
     assert np.array_equal(image_decode(data, MAX_PIXELS), _opencv(data))
 
