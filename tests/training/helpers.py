@@ -64,14 +64,24 @@ def submit(team, project, version, gpu, **overrides) -> TrainingJob:
     )
 
 
-def wait_for(predicate, *, timeout: float = 180, every: float = 0.3, what: str = "condition"):
+def wait_for(
+    predicate,
+    *,
+    timeout: float = 180,
+    every: float = 0.3,
+    what: str = "condition",
+    describe=None,
+):
+    """The predicate's first true value; on timeout, an error naming `what` and, where given,
+    `describe()` (the state the wait ended in)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    found = f": {describe()}" if describe else ""
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}{found}")
 
 
 def job_reload(job: TrainingJob) -> TrainingJob:
