@@ -50,14 +50,6 @@ def trainer_epoch(client: redis.Redis, job: TrainingJob) -> int:
     return 0
 
 
-def trainer_checkpoint(client: redis.Redis, job: TrainingJob) -> int:
-    """The last epoch whose checkpoint the trainer has sent to its stream (0 before its first)."""
-    for _, fields in client.xrevrange(stream_key(job.pk), count=500):
-        if fields.get(b"t") == b"checkpoint":
-            return int(json.loads(fields[b"d"])["epoch"])
-    return 0
-
-
 def trainer_at(client: redis.Redis, job: TrainingJob, epoch: int = 2) -> int:
     """Waits until the trainer itself has sent `epoch`, whatever the supervisor has stored;
     the trainer's epoch then."""

@@ -17,20 +17,20 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.reliability.helpers import PRICE, assert_billed_once, freeze, trainer_checkpoint
-from tests.training.helpers import job_reload, submit, wait_for, wait_state
-from training.metering import spent
-from training.models import (
-    AttemptEnd,
-    EpochMetric,
-    JobState,
-    TrainedModel,
-    TrainingAttempt,
-    TrainingJob,
+from tests.reliability.helpers import PRICE, assert_billed_once, freeze
+from tests.training.helpers import (
+    NEVER_HUNG,
+    job_described,
+    job_reload,
+    submit,
+    trainer_frozen_at_checkpoint,
+    wait_for,
+    wait_state,
 )
+from training.metering import spent
+from training.models import AttemptEnd, EpochMetric, JobState, TrainedModel, TrainingJob
 from training.reaper import jobs_reap
 from training.selectors import job_watch
-from training.streams import training_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,10 +42,6 @@ STALL_ENV = {
     "TRAINING_STALL_FACTOR": "10",
     "TRAINING_STALL_CEILING_SECONDS": "60",  # how long a loaded machine waits, at most
 }
-
-
-# A trainer frozen on purpose before its supervisor is: the supervisor must not end it as hung.
-NEVER_HUNG = {"TRAINING_STALL_FLOOR_SECONDS": "900", "TRAINING_STALL_CEILING_SECONDS": "900"}
 
 
 @pytest.fixture
@@ -64,18 +60,6 @@ def _running_with_checkpoint(job: TrainingJob, epoch: int = 2) -> TrainingJob:
         ),
         timeout=240,
         what=f"the epoch {epoch} checkpoint",
-    )
-
-
-def _described(job: TrainingJob) -> str:
-    """A job's state and attempts, for a wait that timed out."""
-    job = job_reload(job)
-    attempts = [
-        (a.number, a.worker, a.ended_at, a.end_reason, a.message) for a in job.attempt_rows.all()
-    ]
-    return (
-        f"state {job.state}, {job.epochs_done} epochs, checkpoint {job.checkpoint_epoch},"
-        f" lease {job.lease_owner!r}, error {job.error!r}, attempts {attempts}"
     )
 
 
@@ -185,30 +169,6 @@ def test_a_supervisor_held_up_by_an_inspection_does_not_take_its_trainer_for_hun
     wait_state(job, JobState.CANCELED, timeout=60)
 
 
-def _trainer_frozen_at_its_checkpoint(job: TrainingJob, epoch: int = 2) -> TrainingAttempt:
-    """SIGSTOP on the trainer once it has sent its epoch `epoch` checkpoint; returns its attempt
-    once the supervisor has stored every checkpoint the trainer sent. The fault lands mid-run
-    however far the supervisor lags (it stores a backlog at once): waiting for the supervisor
-    first, the trainer had ended all 30 epochs before the second was stored (CI, 2026-12-07)."""
-    client = training_redis()
-    wait_for(lambda: trainer_checkpoint(client, job) >= epoch, timeout=240, what="a checkpoint")
-    attempt = job.attempt_rows.get(number=1)
-    os.kill(attempt.pid, signal.SIGSTOP)
-    time.sleep(0.2)  # what it had sent before it stopped is in the stream
-    sent = trainer_checkpoint(client, job)
-    try:
-        wait_for(
-            lambda: (job_reload(job).checkpoint_epoch or 0) >= sent,
-            timeout=240,
-            what=f"the supervisor to store checkpoint {sent}",
-            describe=lambda: _described(job),
-        )
-    except BaseException:
-        os.kill(attempt.pid, signal.SIGCONT)  # not left frozen for the workers' teardown
-        raise
-    return attempt
-
-
 def test_a_frozen_supervisor_thawed_after_its_attempt_was_reaped_writes_nothing(
     team, project, detect_version, priced, workers
 ):
@@ -220,7 +180,7 @@ def test_a_frozen_supervisor_thawed_after_its_attempt_was_reaped_writes_nothing(
     # The trainer is frozen first and its supervisor once it has caught up: never taken for
     # hung meanwhile, however long its inspections take on a loaded machine.
     old_worker = workers.start(**NEVER_HUNG)
-    first = _trainer_frozen_at_its_checkpoint(job)
+    first = trainer_frozen_at_checkpoint(job, 2)
     freeze(old_worker.pid)
     try:
         wait_for(lambda: jobs_reap() > 0, timeout=30, every=0.5, what="the reaper")
@@ -237,7 +197,7 @@ def test_a_frozen_supervisor_thawed_after_its_attempt_was_reaped_writes_nothing(
             ),
             timeout=240,
             what="attempt 2 training",
-            describe=lambda: _described(job),
+            describe=lambda: job_described(job),
         )
         spent_before = spent(job)
     finally:

@@ -1,15 +1,18 @@
 """What training tests share: real images from ../shared/datasets made trainable, a job
-submitted the way the form does it, waiting for a job's state, and the live feed's events."""
+submitted the way the form does it, waiting for a job's state, a trainer frozen at a checkpoint
+of its own, and the live feed's events."""
 
 import json
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
 from datasets.services.datasets import dataset_create
 from datasets.services.ingest import dataset_import_path
 from datasets.services.versions import version_create
-from training.models import TrainingJob
+from training.models import TrainingAttempt, TrainingJob
 from training.services.arguments import TrainParams
 from training.services.jobs import job_submit
 from training.streams import stream_key, training_redis
@@ -86,6 +89,62 @@ def wait_for(
 
 def job_reload(job: TrainingJob) -> TrainingJob:
     return TrainingJob.objects.get(pk=job.pk)
+
+
+# A trainer frozen on purpose before its supervisor is done with it: the supervisor's worker
+# started with these must not end it as hung meanwhile.
+NEVER_HUNG = {"TRAINING_STALL_FLOOR_SECONDS": "900", "TRAINING_STALL_CEILING_SECONDS": "900"}
+
+
+def job_described(job: TrainingJob) -> str:
+    """A job's state and attempts, for a wait that timed out."""
+    job = job_reload(job)
+    attempts = [
+        (a.number, a.worker, a.ended_at, a.end_reason, a.message) for a in job.attempt_rows.all()
+    ]
+    return (
+        f"state {job.state}, {job.epochs_done} epochs, checkpoint {job.checkpoint_epoch},"
+        f" lease {job.lease_owner!r}, error {job.error!r}, attempts {attempts}"
+    )
+
+
+def trainer_checkpoint(client, job: TrainingJob) -> int:
+    """The last epoch whose checkpoint the trainer has sent to its stream (0 before its first)."""
+    for _, fields in client.xrevrange(stream_key(job.pk), count=500):
+        if fields.get(b"t") == b"checkpoint":
+            return int(json.loads(fields[b"d"])["epoch"])
+    return 0
+
+
+def trainer_frozen_at_checkpoint(job: TrainingJob, epoch: int = 1) -> TrainingAttempt:
+    """SIGSTOP on attempt 1's trainer once it has sent its epoch `epoch` checkpoint; returns
+    the attempt once the supervisor has stored every checkpoint the trainer sent (its worker
+    started with NEVER_HUNG). A fault made then lands mid-run however far the supervisor lags
+    (it inspects each checkpoint before storing it, and stores a backlog at once): waiting for
+    the stored checkpoint alone, the trainer had ended all 30 epochs before the second was
+    stored (CI, 2026-12-07). The caller thaws or kills the trainer."""
+    client = training_redis()
+    wait_for(
+        lambda: trainer_checkpoint(client, job) >= epoch,
+        timeout=240,
+        what=f"the trainer's epoch {epoch} checkpoint",
+        describe=lambda: job_described(job),
+    )
+    attempt = job.attempt_rows.get(number=1)
+    os.kill(attempt.pid, signal.SIGSTOP)
+    time.sleep(0.2)  # what it had sent before it stopped is in the stream
+    sent = trainer_checkpoint(client, job)
+    try:
+        wait_for(
+            lambda: (job_reload(job).checkpoint_epoch or 0) >= sent,
+            timeout=240,
+            what=f"the supervisor to store checkpoint {sent}",
+            describe=lambda: job_described(job),
+        )
+    except BaseException:
+        os.kill(attempt.pid, signal.SIGCONT)  # not left frozen for the workers' teardown
+        raise
+    return attempt
 
 
 def wait_state(job: TrainingJob, *states: str, timeout: float = 240) -> TrainingJob:
