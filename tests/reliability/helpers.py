@@ -1,7 +1,6 @@
 """What the reliability tests share about a training run: waiting for it mid-run, that it was
 billed once, and freezing its processes outside a database transaction."""
 
-import json
 import os
 import signal
 import sqlite3
@@ -11,10 +10,9 @@ from decimal import Decimal
 import redis
 from django.db import connection
 
-from tests.training.helpers import job_reload, wait_for
+from tests.training.helpers import job_reload, trainer_sent, wait_for
 from training.metering import spent
 from training.models import JobState, TrainingJob
-from training.streams import stream_key
 
 PRICE = "3.600"  # an hour's price of the GPU the tests bill: 1,000 micro-credits a second
 PER_SECOND = 1000
@@ -44,10 +42,7 @@ def mid_run(job: TrainingJob, epoch: int = 2) -> TrainingJob:
 
 def trainer_epoch(client: redis.Redis, job: TrainingJob) -> int:
     """The last epoch the trainer has sent to its stream (0 before its first)."""
-    for _, fields in client.xrevrange(stream_key(job.pk), count=500):
-        if fields.get(b"t") == b"epoch":
-            return int(json.loads(fields[b"d"])["epoch"])
-    return 0
+    return trainer_sent(client, job, "epoch")
 
 
 def trainer_at(client: redis.Redis, job: TrainingJob, epoch: int = 2) -> int:

@@ -108,10 +108,11 @@ def job_described(job: TrainingJob) -> str:
     )
 
 
-def trainer_checkpoint(client, job: TrainingJob) -> int:
-    """The last epoch whose checkpoint the trainer has sent to its stream (0 before its first)."""
+def trainer_sent(client, job: TrainingJob, kind: str) -> int:
+    """The epoch of the last `kind` event ("epoch", "checkpoint") the trainer has sent to its
+    stream, however far the supervisor lags (0 before its first)."""
     for _, fields in client.xrevrange(stream_key(job.pk), count=500):
-        if fields.get(b"t") == b"checkpoint":
+        if fields.get(b"t") == kind.encode():
             return int(json.loads(fields[b"d"])["epoch"])
     return 0
 
@@ -125,7 +126,7 @@ def trainer_frozen_at_checkpoint(job: TrainingJob, epoch: int = 1) -> TrainingAt
     stored (CI, 2026-12-07). The caller thaws or kills the trainer."""
     client = training_redis()
     wait_for(
-        lambda: trainer_checkpoint(client, job) >= epoch,
+        lambda: trainer_sent(client, job, "checkpoint") >= epoch,
         timeout=240,
         what=f"the trainer's epoch {epoch} checkpoint",
         describe=lambda: job_described(job),
@@ -133,7 +134,7 @@ def trainer_frozen_at_checkpoint(job: TrainingJob, epoch: int = 1) -> TrainingAt
     attempt = job.attempt_rows.get(number=1)
     os.kill(attempt.pid, signal.SIGSTOP)
     time.sleep(0.2)  # what it had sent before it stopped is in the stream
-    sent = trainer_checkpoint(client, job)
+    sent = trainer_sent(client, job, "checkpoint")
     try:
         wait_for(
             lambda: (job_reload(job).checkpoint_epoch or 0) >= sent,
