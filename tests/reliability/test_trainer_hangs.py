@@ -23,7 +23,9 @@ from tests.training.helpers import (
     job_described,
     job_reload,
     submit,
+    supervisor_caught_up,
     trainer_frozen_at_checkpoint,
+    trainer_frozen_once_sent,
     wait_for,
     wait_state,
 )
@@ -85,12 +87,12 @@ def test_a_hung_trainer_is_caught_killed_and_resumed_and_its_hang_is_not_billed(
     charged, for ever. Now: the page warns once the silence passes half of what the run's pace
     allows, the attempt ends as hung past it (its process group killed), the job resumes from
     its checkpoint, and billing stopped at the last progress and one heartbeat."""
-    job = submit(team, project, detect_version, priced, epochs=40)  # frozen well before its end
+    job = submit(team, project, detect_version, priced, epochs=10)
     workers.start(**STALL_ENV)
-    job = _running_with_checkpoint(job)
-    first = job.attempt_rows.get(number=1)
-    os.kill(first.pid, signal.SIGSTOP)
+    # Frozen as soon as it has sent its epoch 2 checkpoint, however far its supervisor lags.
+    first = trainer_frozen_once_sent(job, 2)
     frozen_at = timezone.now()
+    supervisor_caught_up(job, first)
     warned = wait_for(
         lambda: "No progress from the trainer" in (w := job_watch(job_reload(job)))["text"] and w,
         timeout=120,
@@ -276,10 +278,15 @@ def test_checkpoints_on_a_full_disk_are_said_stop_the_run_and_resume_when_space_
     no checkpoint to resume from. Now: the page says which checkpoint was not stored and why;
     after three in a row the run stops with the reason, keeping the last stored one; with
     space back, Resume goes on from it and finishes every epoch once."""
-    job = submit(team, project, detect_version, priced, epochs=30)
-    workers.start(MEDIA_ROOT=str(small_disk.root), TRAINING_CHECKPOINT_STORE_FAILURES="3")
-    job = _running_with_checkpoint(job)
+    job = submit(team, project, detect_version, priced, epochs=10)
+    workers.start(
+        MEDIA_ROOT=str(small_disk.root), TRAINING_CHECKPOINT_STORE_FAILURES="3", **NEVER_HUNG
+    )
+    # The disk fills while the trainer is held after its epoch 2 checkpoint, once that is
+    # stored: the epochs after it all meet the full disk, however far the supervisor lagged.
+    first = trainer_frozen_at_checkpoint(job, 2)
     small_disk.fill()
+    os.kill(first.pid, signal.SIGCONT)
     job = wait_state(job, JobState.STOPPED, JobState.SUCCEEDED, JobState.FAILED, timeout=300)
     assert job.state == JobState.STOPPED, job.error
     # Three failed stores in a row stop the run. A trainer that outran its supervisor (a loaded

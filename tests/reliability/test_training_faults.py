@@ -4,6 +4,7 @@ supervisor's connections. Each run must end with every epoch exactly once, every
 and every second of machine time charged once."""
 
 import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -22,7 +23,14 @@ from tests.reliability.helpers import (
     trainer_at,
     trainer_epoch,
 )
-from tests.training.helpers import job_reload, submit, wait_for, wait_state
+from tests.training.helpers import (
+    NEVER_HUNG,
+    job_described,
+    submit,
+    trainer_frozen_at_checkpoint,
+    wait_for,
+    wait_state,
+)
 from training.models import AttemptEnd, EpochMetric, JobState, LogChunk, TrainingJob
 from training.streams import stream_key
 
@@ -188,18 +196,29 @@ def test_redis_away_longer_than_the_lease_ends_the_attempt_and_resumes_it(
     """Fault: Redis away for longer than the lease (1 s heartbeats: 3 s). The attempt ends as
     lost, with the reason, and the job is resumed from its last stored checkpoint as soon as
     Redis is back, by the same worker (its broker message could not be sent meanwhile)."""
-    epochs = 30
+    epochs = 8
     job = submit(team, project, detect_version, priced, epochs=epochs)
-    faulty.start()
-    # Past the first stored checkpoint, and long: the supervisor inspects each checkpoint
-    # before storing it (a second or so each, Redis untouched), so on a fast run it may be a
-    # few checkpoints behind the trainer and see only the end of an outage.
-    wait_for(
-        lambda: (j := job_reload(job)).state == JobState.RUNNING and (j.checkpoint_epoch or 0) >= 2,
-        timeout=240,
-        what="the epoch 2 checkpoint",
-    )
-    own_redis.outage(20.0)
+    faulty.start(**NEVER_HUNG)
+    # Redis goes while the trainer is held after its epoch 2 checkpoint, once that is stored:
+    # the trainer cannot end the run before the lease runs out, however far its supervisor
+    # lagged (a trainer training on while Redis is away is the 15-second test's).
+    first = trainer_frozen_at_checkpoint(job, 2)
+    own_redis.kill()
+    try:
+        # Away until the supervisor has ended the attempt: past the lease however slow the
+        # machine, and no longer.
+        wait_for(
+            lambda: job.attempt_rows.filter(number=1, ended_at__isnull=False).exists(),
+            timeout=120,
+            what="attempt 1 to end while Redis is away",
+            describe=lambda: job_described(job),
+        )
+    finally:
+        own_redis.start()
+        try:
+            os.kill(first.pid, signal.SIGCONT)  # ended by its supervisor, unless that failed
+        except ProcessLookupError:
+            pass
     job = wait_state(job, JobState.SUCCEEDED, JobState.FAILED, timeout=400)
     assert job.state == JobState.SUCCEEDED, job.error
     rows = list(job.attempt_rows.order_by("number"))

@@ -124,6 +124,14 @@ def trainer_frozen_at_checkpoint(job: TrainingJob, epoch: int = 1) -> TrainingAt
     (it inspects each checkpoint before storing it, and stores a backlog at once): waiting for
     the stored checkpoint alone, the trainer had ended all 30 epochs before the second was
     stored (CI, 2026-12-07). The caller thaws or kills the trainer."""
+    attempt = trainer_frozen_once_sent(job, epoch)
+    supervisor_caught_up(job, attempt)
+    return attempt
+
+
+def trainer_frozen_once_sent(job: TrainingJob, epoch: int = 1) -> TrainingAttempt:
+    """SIGSTOP on attempt 1's trainer once it has sent its epoch `epoch` checkpoint to its
+    stream, whatever the supervisor has stored; the attempt."""
     client = training_redis()
     wait_for(
         lambda: trainer_sent(client, job, "checkpoint") >= epoch,
@@ -133,8 +141,14 @@ def trainer_frozen_at_checkpoint(job: TrainingJob, epoch: int = 1) -> TrainingAt
     )
     attempt = job.attempt_rows.get(number=1)
     os.kill(attempt.pid, signal.SIGSTOP)
+    return attempt
+
+
+def supervisor_caught_up(job: TrainingJob, attempt: TrainingAttempt) -> None:
+    """Waits until the supervisor has stored every checkpoint the frozen trainer of `attempt`
+    sent; thaws the trainer if it never does (not left frozen for the workers' teardown)."""
     time.sleep(0.2)  # what it had sent before it stopped is in the stream
-    sent = trainer_sent(client, job, "checkpoint")
+    sent = trainer_sent(training_redis(), job, "checkpoint")
     try:
         wait_for(
             lambda: (job_reload(job).checkpoint_epoch or 0) >= sent,
@@ -143,9 +157,11 @@ def trainer_frozen_at_checkpoint(job: TrainingJob, epoch: int = 1) -> TrainingAt
             describe=lambda: job_described(job),
         )
     except BaseException:
-        os.kill(attempt.pid, signal.SIGCONT)  # not left frozen for the workers' teardown
+        try:
+            os.kill(attempt.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # ended meanwhile
         raise
-    return attempt
 
 
 def wait_state(job: TrainingJob, *states: str, timeout: float = 240) -> TrainingJob:
