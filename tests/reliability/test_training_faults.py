@@ -205,14 +205,16 @@ def test_redis_away_longer_than_the_lease_ends_the_attempt_and_resumes_it(
     first = trainer_frozen_at_checkpoint(job, 2)
     own_redis.kill()
     try:
-        # Away until the supervisor has ended the attempt: past the lease however slow the
-        # machine, and no longer.
+        # Away until the supervisor has ended the attempt (past the lease however slow the
+        # machine), then 2 s more: the job's queued message went with Redis, and the worker
+        # waits for Redis to resume the job itself.
         wait_for(
             lambda: job.attempt_rows.filter(number=1, ended_at__isnull=False).exists(),
             timeout=120,
             what="attempt 1 to end while Redis is away",
             describe=lambda: job_described(job),
         )
+        time.sleep(2)
     finally:
         own_redis.start()
         try:
