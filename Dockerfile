@@ -23,8 +23,11 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && rm /tmp/requirements.txt
 
 COPY . .
+# Kestrel's own modules compiled once here (pip compiled the dependencies): with
+# PYTHONDONTWRITEBYTECODE, every process, each trainer among them, compiled them again.
 RUN pip install --no-deps . \
-    && rm -rf build ./*.egg-info
+    && rm -rf build ./*.egg-info \
+    && python -m compileall -q /app
 
 # Static files are collected at build time. Production settings refuse to load without
 # SECRET_KEY and ALLOWED_HOSTS: these two are dummies for this one command only and are not

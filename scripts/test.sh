@@ -4,6 +4,12 @@
 # arguments go to pytest on each run (`make test ARGS="tests/training -x"`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Every process the suite starts (pytest's workers, web servers, Celery workers, trainers, model
+# servers, checkpoint inspectors) keeps the bytecode it compiles, in .venv and the checkout, for
+# the next one: with PYTHONDONTWRITEBYTECODE set (this machine's environment sets it) and pip's
+# --no-compile, each compiled torch, Django and Ultralytics from source again (a trainer 4.6 s
+# more before its first batch).
+unset PYTHONDONTWRITEBYTECODE
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/14}
 export DJANGO_SETTINGS_MODULE=config.test_settings
 # Debian's chromium drives the browser tests; docker-compose (v1, the only one Debian ships)
