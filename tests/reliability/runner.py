@@ -54,6 +54,8 @@ class Runner:
             DATABASE_URL=database_url,
             DJANGO_SETTINGS_MODULE="config.test_settings",
             KESTREL_SEED_DEMO="0",
+            # As this machine's environment sets it: each program is to keep its bytecode.
+            PYTHONDONTWRITEBYTECODE="1",
         )
         self.proc: subprocess.Popen | None = None
 

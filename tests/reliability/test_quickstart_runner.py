@@ -129,6 +129,20 @@ def kill_and_see_it_started_again(runner: Runner, name: str, *, besides: set[str
     assert runner.web_answers()
 
 
+def test_every_program_keeps_the_bytecode_it_compiles(first_run):
+    """`make run` from a shell that sets PYTHONDONTWRITEBYTECODE (this machine's does). Before,
+    every program had it, and so did each trainer, model server and checkpoint inspector they
+    started: each compiled torch, Django and Ultralytics from source again (a trainer 4-5 s
+    more before its first batch)."""
+    wait_for(lambda: all(first_run.serving(name) for name in PROGRAMS), timeout=90, what="up")
+    shell, *started = first_run.processes()
+    assert shell.environ().get("PYTHONDONTWRITEBYTECODE") == "1"  # the test's premise
+    pythons = [p for p in alive(started) if "python" in Path(p.exe()).name]
+    assert len(pythons) >= len(PROGRAMS)
+    for process in pythons:
+        assert "PYTHONDONTWRITEBYTECODE" not in process.environ(), process.cmdline()
+
+
 @pytest.mark.parametrize("name", ["web", "worker", "training", "beat", "redis"])
 def test_killed_program_is_started_again(first_run, name):
     """Fault: one of make run's processes dies (SIGKILL: the OOM killer, a crash). Before, the
