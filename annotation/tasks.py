@@ -14,12 +14,15 @@ def prelabel_run(run_id: int, **kwargs) -> None:
         logger.warning("annotation.prelabel_run: unexpected arguments %s", sorted(kwargs))
     from annotation.models import PrelabelRun
     from annotation.prelabel import PRELABEL_JOB, prelabel_execute
-    from core.leases import lease_take
+    from core.leases import lease_row, lease_take
 
     lease = lease_take(PRELABEL_JOB, run_id)
     if lease is None:
         return
-    run = PrelabelRun.objects.select_related("dataset", "model").filter(pk=run_id).first()
+    run = lease_row(
+        lease,
+        lambda: PrelabelRun.objects.select_related("dataset", "model").filter(pk=run_id).first(),
+    )
     if run is not None:
         prelabel_execute(run, lease)
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import (
@@ -50,6 +51,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A queued row not taken within this long had its message lost (or the queue is long: a second
 # message is then harmless, the lease makes it a no-op).
@@ -338,6 +340,22 @@ def lease_work(lease: Lease, body: Callable[[], object]) -> bool:
         return True
     except faults:
         return False
+
+
+def lease_row(lease: Lease, read: Callable[[], T]) -> T | None:
+    """What a long job reads right after lease_take (its row, with what its run needs), riding
+    out a fault of the database connection as lease_work rides out the body's. Read outside it,
+    a connection ended between the two (a restart, pg_terminate_backend) failed the task and
+    left the row running, its worker gone, until its lease ran out and the reaper sent it again
+    (CI, 2026-12-07). None when the database stayed away (the row is back in the queue) or the
+    row is another attempt's now."""
+    found: list[T] = []
+    try:
+        if lease_work(lease, lambda: found.append(read())):
+            return found[-1]
+    except LeaseLost:
+        logger.warning("%s %s: attempt %s lost its lease", lease.job.label, lease.pk, lease.attempt)
+    return None
 
 
 def _run_again_after_faults(lease: Lease, body: Callable[[], object], faults: tuple) -> None:

@@ -21,6 +21,7 @@ from core.leases import (
     LeaseLost,
     LongJob,
     database_faults,
+    lease_row,
     lease_take,
     lease_work,
     queued_until,
@@ -142,7 +143,9 @@ def export_run_once(export_id: int) -> None:
     lease = lease_take(EXPORT_JOB, export_id, progress=1)
     if lease is None:
         return
-    export = ModelExport.objects.select_related("model").filter(pk=export_id).first()
+    export = lease_row(
+        lease, lambda: ModelExport.objects.select_related("model").filter(pk=export_id).first()
+    )
     if export is not None:
         export_execute(export, lease)
 

@@ -34,6 +34,7 @@ from core.leases import (
     LongJob,
     database_faults,
     db_connection_reset,
+    lease_row,
     lease_take,
     lease_work,
 )
@@ -1103,7 +1104,11 @@ def import_run(*, import_id: int) -> Import | None:
     lease = lease_take(IMPORT_JOB, import_id)
     if lease is None:
         return Import.objects.filter(pk=import_id).first()
-    imp = Import.objects.select_related("dataset__workspace__plan").get(pk=import_id)
+    imp = lease_row(
+        lease, lambda: Import.objects.select_related("dataset__workspace__plan").get(pk=import_id)
+    )
+    if imp is None:
+        return Import.objects.filter(pk=import_id).first()
     _progress(imp.pk, "starting")
     return import_execute(imp, lease)
 

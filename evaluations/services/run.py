@@ -11,7 +11,15 @@ from pathlib import Path
 
 from django.conf import settings
 
-from core.leases import Lease, LeaseLost, LongJob, database_faults, lease_take, lease_work
+from core.leases import (
+    Lease,
+    LeaseLost,
+    LongJob,
+    database_faults,
+    lease_row,
+    lease_take,
+    lease_work,
+)
 from core.tasks import task_send
 from datasets.models import Image
 from evaluations.models import Evaluation, EvaluationState
@@ -47,10 +55,13 @@ def evaluation_run_once(evaluation_id: int) -> None:
     lease = lease_take(EVALUATION_JOB, evaluation_id, progress=1)
     if lease is None:
         return
-    evaluation = (
-        Evaluation.objects.select_related("model", "dataset_version__dataset")
-        .filter(pk=evaluation_id)
-        .first()
+    evaluation = lease_row(
+        lease,
+        lambda: (
+            Evaluation.objects.select_related("model", "dataset_version__dataset")
+            .filter(pk=evaluation_id)
+            .first()
+        ),
     )
     if evaluation is None:
         return

@@ -26,7 +26,7 @@ from celery.signals import after_task_publish
 from django.conf import settings as django_settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, connections
 from django.utils import timezone
 
 from core.leases import LeaseLost, lease_take, lease_work, queued_until
@@ -44,7 +44,7 @@ from datasets.models import (
 from datasets.services.datasets import dataset_create
 from datasets.services.health import health_run
 from datasets.services.health_runs import HEALTH_JOB
-from datasets.services.ingest import IMPORT_JOB, dataset_import_path
+from datasets.services.ingest import IMPORT_JOB, dataset_import_path, import_run
 from datasets.tasks import import_run_task
 from tests.datasets.archives import SHARED, zip_folder
 from tests.datasets.factories import DatasetFactory
@@ -222,6 +222,49 @@ def test_an_import_whose_connections_are_ended_carries_on_and_imports_each_image
         timeout=60,
         what="the upload's chunks to be removed",
     )
+
+
+def _ended_at_its_first(table: str):
+    """An execute wrapper: PostgreSQL ends this connection (pg_terminate_backend, from a
+    connection of its own) just before its first plain read of `table` (not a lock, not a
+    write), then lets the query go on to meet it."""
+    armed = [True]
+
+    def wrapper(execute, sql, params, many, context):
+        if armed[0] and sql.startswith("SELECT") and f'FROM "{table}"' in sql:
+            if "FOR UPDATE" not in sql:
+                armed[0] = False
+                pid = context["connection"].connection.info.backend_pid
+                other = connections.create_connection("default")
+                try:
+                    with other.cursor() as cursor:
+                        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                finally:
+                    other.close()
+        return execute(sql, params, many, context)
+
+    return wrapper, armed
+
+
+@pytest.mark.postgres_only(ENDED_BY_POSTGRES)
+def test_a_connection_ended_just_after_the_lease_is_taken_costs_the_import_nothing(team, tmp_path):
+    """PostgreSQL ends the worker's connection right after it took the import's lease, as it
+    reads the import's row. Before: the task failed there, and the import stayed "running",
+    its worker gone, until its lease ran out and the reaper sent it again (CI, 2026-12-07).
+    Now: read again on a new connection, under the same lease, and imported once."""
+    expected, _ = coco8_copies(tmp_path / "copies", 8)
+    archive = zip_folder(tmp_path / "copies", tmp_path / "copies.zip")
+    dataset = dataset_create(access=team.access("editor"), name="Copies", task="detect")
+    imp = uploaded(dataset, archive)
+    wrapper, armed = _ended_at_its_first(Import._meta.db_table)
+    with connection.execute_wrapper(wrapper):
+        import_run(import_id=imp.pk)
+    assert not armed[0], "the import's row was never read: nothing was tested"
+    imp.refresh_from_db()
+    assert imp.status == ImportStatus.SUCCEEDED, imp.error
+    assert imp.attempts == 1
+    images = Image.objects.filter(dataset=dataset)
+    assert sorted(images.values_list("filename", flat=True)) == sorted(expected)
 
 
 @pytest.mark.postgres_only(ENDED_BY_POSTGRES)

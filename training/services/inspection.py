@@ -14,7 +14,7 @@ import logging
 
 from django.db import transaction
 
-from core.leases import Lease, LeaseLost, LongJob, lease_take
+from core.leases import Lease, LeaseLost, LongJob, lease_row, lease_take
 from core.storage import storage_delete
 from core.tasks import task_send
 from datasets.models import Task
@@ -120,7 +120,7 @@ def model_inspect_run(*, model_id: int) -> None:
     lease = lease_take(INSPECT_JOB, model_id)
     if lease is None:
         return
-    model = TrainedModel.objects.filter(pk=model_id).first()
+    model = lease_row(lease, lambda: TrainedModel.objects.filter(pk=model_id).first())
     if model is None:
         return
     with lease.kept():
