@@ -12,7 +12,8 @@ and the public demo (a session of another team on a public model). Goal: each pa
 time (wall less Ultralytics' preprocess + inference + postprocess for that call).
 
 Then: the API key's p95 while one caller sends bad input (too big, not an image, truncated,
-a PNG bomb, bad conf/iou/imgsz), each of which must get a 4xx with the reason; where the web's
+a PNG bomb, bad conf/iou/imgsz), each of which must get a 4xx with the reason, from one address
+(held back past its first refusals, core.refusal_pacing) and from 64 (barely); where the web's
 time goes per hop (its Server-Timing header, deploy.predict); the model server's own row split
 into its engine's share (the engine in this process against `model.predict`) and HTTP's;
 throughput at 8 and 32 clients through the web against the model server's own (goal: within
@@ -336,28 +337,50 @@ def bad_inputs(data: bytes, params: dict) -> list[tuple[str, bytes, dict]]:
     ]
 
 
-def bad_caller(url: str, headers: dict, inputs, stop, answered) -> None:
-    """One caller sending bad input, one request after another, until `stop` is set; then
-    what each was answered, put on `answered`. A process of its own: as a thread of the
-    bench, its client's work (a 21 MB body encoded and sent) held the good callers' client up
-    on the bench's own interpreter lock, and that counted as the web slowing them."""
+def bad_caller(url: str, headers: dict, inputs, addresses, stop, answered) -> None:
+    """One caller sending bad input, one request after another, from each of `addresses` in
+    turn, until `stop` is set; then what each was answered, put on `answered`. A process of
+    its own: as a thread of the bench, its client's work (a 21 MB body encoded and sent) held
+    the good callers' client up on the bench's own interpreter lock, and that counted as the
+    web slowing them."""
+    import itertools
+
     import httpx
 
     answers = {}
-    with httpx.Client(timeout=120) as client:
-        while not stop.is_set():
-            for what, body, query in inputs:
-                if stop.is_set():
-                    break
-                sent = time.perf_counter()
-                r = web_post(client, url, headers, body, query)
-                took = time.perf_counter() - sent
-                detail = ""
-                if r.headers.get("content-type", "").startswith("application/json"):
-                    detail = r.json().get("detail", "")
-                _, _, count, total = answers.get(what, (0, "", 0, 0.0))
-                answers[what] = (r.status_code, detail, count + 1, total + took)
-    answered.put(answers)
+    clients = [
+        httpx.Client(timeout=120, transport=httpx.HTTPTransport(local_address=address))
+        for address in addresses
+    ]
+    # Each request encoded once, then sent as it is: the caller's own work (a 21 MB multipart
+    # body built again each time, 8 ms of this machine's CPU) is no part of what the web spends
+    # on it, and a caller elsewhere would not take it from the web's cores.
+    built = []
+    for what, body, query in inputs:
+        request = clients[0].build_request(
+            "POST", url, headers=headers, files={"file": ("bad.jpg", body, "image/jpeg")},
+            data=query,
+        )  # fmt: skip
+        built.append((what, request.read(), request.headers["content-type"]))
+    started = time.perf_counter()
+    try:
+        for (what, content, content_type), client in zip(
+            itertools.cycle(built), itertools.cycle(clients)
+        ):
+            if stop.is_set():
+                break
+            sent = time.perf_counter()
+            r = client.post(url, headers={**headers, "Content-Type": content_type}, content=content)
+            took = time.perf_counter() - sent
+            detail = ""
+            if r.headers.get("content-type", "").startswith("application/json"):
+                detail = r.json().get("detail", "")
+            _, _, count, total = answers.get(what, (0, "", 0, 0.0))
+            answers[what] = (r.status_code, detail, count + 1, total + took)
+    finally:
+        for client in clients:
+            client.close()
+    answered.put((answers, time.perf_counter() - started))
 
 
 def throughput_web(url: str, headers: dict, data: bytes, params: dict, *, clients: int, n: int):
@@ -465,6 +488,7 @@ def main() -> None:
     hops: dict[str, list[dict]] = {}
     rates: list[tuple[int, float, float | str]] = []
     bad_rows: list = []
+    floods: list = []
     try:
         client = httpx.Client(timeout=120)
         for label, server in (
@@ -501,7 +525,7 @@ def main() -> None:
         web_cpu.stop(calls=sum(len(h) for h in hops.values()))
         rows = [(label, measured.get(label, call)) for label, call in calls]
         if not skipped:
-            bad_rows = bad_input_rows(calls[0], paths[WEB_ROWS[0]], data, params, n)
+            bad_rows, floods = bad_input_rows(calls[0], paths[WEB_ROWS[0]], data, params, n)
         for clients in (int(c) for c in args.clients.split(",")):
             own = throughput(
                 shared, weights, data, params, clients=clients, n=args.throughput_images
@@ -522,11 +546,8 @@ def main() -> None:
         for server in (shared, dedicated, one_at_a_time):
             server.stop()
 
-    latency_print(rows + bad_rows[:1])
-    if bad_rows:
-        print("\nbad input, each answered (one caller sending them in turn; how many, mean ms):")
-        for what, (status, detail, count, took) in bad_rows[1].items():
-            print(f"  {what:34} {status} {count:5} {1000 * took / count:7.1f}  {detail[:70]}")
+    latency_print(rows + bad_rows)
+    floods_print(floods)
     hops_print(rows, hops)
     web_cpu.print()
     engine_print(rows, split)
@@ -542,35 +563,58 @@ def main() -> None:
     batching_print(args.concurrency, total, *ratio)
 
 
+# Where the bad input comes from: one address, which core.refusal_pacing holds back past its
+# first refusals, and many (a caller spread over addresses, or many careless callers), which
+# it barely does: what the refusals themselves cost the good callers.
+FLOODS = (("one address", ["127.0.0.1"]), ("64 addresses", [f"127.0.1.{i}" for i in range(1, 65)]))
+
+
 def bad_input_rows(base_call, key_path, data: bytes, params: dict, n: int):
     """[(label, samples)] of good callers (in-process, then the API key through the web, in
-    turn) while one caller sends bad input, and what each bad input was answered."""
+    turn) while one caller sends bad input, from each of FLOODS; and per flood, what each bad
+    input was answered and how many a second the caller sent."""
     import multiprocessing
+
+    import httpx
 
     url, headers = key_path
     spawn = multiprocessing.get_context("spawn")
-    stop, answered = spawn.Event(), spawn.Queue()
-    caller = spawn.Process(
-        target=bad_caller, args=(url, headers, bad_inputs(data, params), stop, answered)
-    )
-    caller.start()
-    try:
-        import httpx
-
-        client = httpx.Client(timeout=120)
-        label = "API key, while one caller sends bad input"
-        measured = interleaved(
-            [base_call, (label, lambda: web_post(client, url, headers, data, params))], n
+    rows, floods = [], []
+    client = httpx.Client(timeout=120)
+    for where, addresses in FLOODS:
+        stop, answered = spawn.Event(), spawn.Queue()
+        caller = spawn.Process(
+            target=bad_caller,
+            args=(url, headers, bad_inputs(data, params), addresses, stop, answered),
         )
-    finally:
-        stop.set()
-    answers = answered.get(timeout=120)
-    caller.join(timeout=30)
-    for what, (status, detail, _, _) in answers.items():
-        if not 400 <= status < 500 or not detail:
-            raise SystemExit(f"bad input {what!r}: HTTP {status} {detail!r}, not a 4xx with why")
-    return [(label + " (in-process alongside: " + _p(measured[base_call[0]]) + ")",
-             measured[label]), answers]  # fmt: skip
+        caller.start()
+        try:
+            label = f"API key, while bad input comes from {where}"
+            measured = interleaved(
+                [base_call, (label, lambda: web_post(client, url, headers, data, params))], n
+            )
+        finally:
+            stop.set()
+        answers, seconds = answered.get(timeout=120)
+        caller.join(timeout=30)
+        for what, (status, detail, _, _) in answers.items():
+            if not 400 <= status < 500 or not detail:
+                raise SystemExit(
+                    f"bad input {what!r}: HTTP {status} {detail!r}, not a 4xx with why"
+                )
+        rows.append((label + " (in-process alongside: " + _p(measured[base_call[0]]) + ")",
+                     measured[label]))  # fmt: skip
+        floods.append((where, answers, sum(a[2] for a in answers.values()) / seconds))
+    client.close()
+    return rows, floods
+
+
+def floods_print(floods) -> None:
+    for where, answers, rate in floods:
+        print(f"\nbad input from {where}, each answered ({rate:.0f} calls a second in all; "
+              "how many, mean ms):")  # fmt: skip
+        for what, (status, detail, count, took) in answers.items():
+            print(f"  {what:34} {status} {count:5} {1000 * took / count:7.1f}  {detail[:70]}")
 
 
 def engine_split(weights: Path, image: Path, data: bytes, params: dict, *, device: str, n: int):

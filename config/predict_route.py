@@ -38,7 +38,9 @@ from deploy.api import PREDICT_AUTH, deployment_predict, endpoints, model_predic
 
 logger = logging.getLogger(__name__)
 
-_ROUTE = re.compile(r"/(?:api/v1/models/(?P<model>[0-9]{1,18})|d/(?P<slug>[^/]{1,200}))/predict")
+PREDICT_PATH = re.compile(
+    r"/(?:api/v1/models/(?P<model>[0-9]{1,18})|d/(?P<slug>[^/]{1,200}))/predict"
+)
 # Those of settings.MIDDLEWARE a predict call needs (the session and its person, lazily, and
 # the CSRF cookie), or whose answer headers it carries (a plain-HTTP call sent to HTTPS is left
 # to the full way): run here in the chain's order. The others serve pages (static files,
@@ -144,7 +146,7 @@ def _full_way() -> None:
 def _route(scope: dict) -> re.Match | None:
     if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
         return None
-    return _ROUTE.fullmatch(scope["path"])
+    return PREDICT_PATH.fullmatch(scope["path"])
 
 
 def _authenticated(request) -> bool:

@@ -373,6 +373,13 @@ API_KEY_LAST_USED_RESOLUTION = timedelta(minutes=1)
 # made through Django reaches the next call at once (core.table_changes); this bounds one made
 # behind Django's back. 0: look every call up.
 PREDICT_KEY_KEPT_SECONDS = env.float("PREDICT_KEY_KEPT_SECONDS", default=10.0)
+# A client address whose predict calls keep being refused (4xx) has each refusal past
+# REFUSALS_FREE within REFUSALS_WINDOW_SECONDS held REFUSAL_PAUSE_SECONDS before it is sent,
+# per web process (core.refusal_pacing): one caller sending bad input in a loop cannot take
+# the web's time from everyone else's calls. Good calls are never held.
+REFUSALS_FREE = env.int("REFUSALS_FREE", default=20)
+REFUSALS_WINDOW_SECONDS = env.float("REFUSALS_WINDOW_SECONDS", default=10.0)
+REFUSAL_PAUSE_SECONDS = env.float("REFUSAL_PAUSE_SECONDS", default=0.25)
 # Inference: the shared model server (python -m deploy.inference.server) web processes forward
 # predictions to, the token they present to it (and to dedicated endpoints), the ports
 # dedicated endpoints take on this machine, and whether callers may send image URLs.

@@ -1,5 +1,6 @@
 import importlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,11 +167,15 @@ def _no_endpoint_outlives_its_test(request):
 def _fresh_cache():
     """Rate limits and the cache live in Redis (a test-only database): start each test clean;
     and no caller's predict lookup kept by this process (deploy.api), as ids repeat from one
-    test to the next."""
+    test to the next; nor any address's refusals counted by the web's application
+    (core.refusal_pacing), as every test's in-process calls come from one address."""
     cache.clear()
     from deploy.api import predict_kept_forget
 
     predict_kept_forget()
+    asgi = sys.modules.get("config.asgi")
+    if asgi is not None:
+        asgi.application.seen.clear()
     yield
 
 

@@ -23,4 +23,4 @@ def short_way_count() -> int:
     """Calls the predict route has answered itself (config.predict_route) in this process."""
     from config.asgi import application
 
-    return application.app.answered
+    return application.app.app.answered  # RefusalPacing(RequestGuard(PredictRoute))
