@@ -3,8 +3,8 @@
 A refusal is cheap, but not free: the web spends 2-4 ms of CPU on a bad image, a bad
 parameter or a body over its limit (bench/predict.py), on the same event loop and cores as
 everyone's good calls. One client sending bad input in a loop gets its answers back in a few
-ms and sends the next at once: over 250 refusals a second from one connection, and every other
-caller of that web process waited behind them.
+ms and sends the next at once: 130-190 refusals a second from one connection on a 2-core
+machine, and every other caller of that web process waited behind them.
 
 So, per client address and per web process, as nginx's `limit_req` delays what is over its
 rate and as rate rules that count 4xx answers do: the first REFUSALS_FREE answers in 4xx on
