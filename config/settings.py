@@ -13,13 +13,13 @@ import environ
 from celery.schedules import crontab
 from csp.constants import NONE, SELF
 
+from config import env_file
 from config.secrets import install_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = BASE_DIR / environ.Env().str("KESTREL_VAR_DIR", default="var")  # scripts/run.sh sets it
-
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+env_file.read()  # the checkout's .env; the environment wins over it
+VAR_DIR = BASE_DIR / env.str("KESTREL_VAR_DIR", default="var")  # scripts/run.sh sets it
 
 DJANGO_ENV = env.str("DJANGO_ENV", default="development")
 PRODUCTION = DJANGO_ENV == "production"

@@ -4,11 +4,16 @@
 # that dies is started again; one that keeps dying at start is given up on, and says so here.
 # Logs are appended in $KESTREL_VAR_DIR/log/ (default var/log/), rotated by size.
 # Environment: HOST, PORT (8000), INFERENCE_PORT (8765), REDIS_URL, KESTREL_VAR_DIR (var),
-# KESTREL_SEED_DEMO=0 to skip the demo seed; the rest is read by config/settings.py.
+# KESTREL_SEED_DEMO=0 to skip the demo seed, each from the environment or .env; the rest is
+# read by config/settings.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 CONF=scripts/supervisord.conf
+# A .env sets this script's variables as it sets the settings' (config/env_file.py; what the
+# environment says wins): HOST=0.0.0.0 in .env is where the web listens.
+env_lines=$($PY -m config.env_file)
+eval "$env_lines"
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
 REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}

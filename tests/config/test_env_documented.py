@@ -123,8 +123,8 @@ def every_read(settings_read) -> set[str]:
 
 
 def test_the_recorder_sees_what_settings_reads(every_read):
-    # A variable of each kind of read: django-environ's env.str/bool/float/db_url, the plain
-    # environ.Env() before .env is read, and the production-only branch.
+    # A variable of each kind of read: django-environ's env.str/bool/float/db_url, the var
+    # folder, and the production-only branch.
     for name in ("DATABASE_URL", "DEBUG", "LONG_JOB_LEASE_SECONDS", "KESTREL_VAR_DIR",
                  "SECURE_HSTS_SECONDS", "DB_POOL_MAX_SIZE", "AWS_S3_ENDPOINT_URL",
                  "INFERENCE_BATCH_MAX", "INFERENCE_PORT"):  # fmt: skip
