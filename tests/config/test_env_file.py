@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOT_ENV = """\
 # a comment
 PORT=9123
-HOST=0.0.0.0
+HOST=localhost
 REDIS_URL=redis://127.0.0.1:6379/5
 KESTREL_VAR_DIR={var}
 QUOTED="two words and a 'quote' and $dollar"
@@ -42,7 +42,7 @@ def test_the_shell_gets_the_file_s_variables_quoted_and_the_environment_wins(tmp
     )
     assert out.stdout.split("|")[:-1] == [
         "9123",
-        "0.0.0.0",
+        "localhost",
         "redis://127.0.0.1:6379/5",
         "two words and a 'quote' and $dollar",
         "from-the-environment",
