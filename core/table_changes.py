@@ -31,12 +31,13 @@ from django.conf import settings
 from django.db import connections
 from django.db.backends.signals import connection_created
 
+from core.redis_clients import shared_client
+
 logger = logging.getLogger(__name__)
 
 PREFIX = "kestrel:table-changes:"
 # table → (columns, quiet, inserts), as tables_watch says
 _watched: dict[str, tuple[frozenset[str] | None, frozenset[str], bool]] = {}
-_client: redis.Redis | None = None
 _reading_last: tuple | None = None
 _moves_seen = 0
 
@@ -112,13 +113,8 @@ def tables_moves_seen() -> int:
 
 
 def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        # A write waits for its announcement: never long, even for a Redis that is away.
-        _client = redis.Redis.from_url(
-            settings.TRAINING_REDIS_URL, socket_timeout=1, socket_connect_timeout=1
-        )
-    return _client
+    # A write waits for its announcement: never long, even for a Redis that is away.
+    return shared_client(settings.TRAINING_REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
 
 
 def _on_connection(sender, connection, **kwargs) -> None:

@@ -8,15 +8,13 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
+from core.redis_clients import shared_client
+
 WINDOW_SECONDS = 60
-_client: redis.Redis | None = None
 
 
 def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.TRAINING_REDIS_URL)
-    return _client
+    return shared_client(settings.TRAINING_REDIS_URL)
 
 
 @dataclass(frozen=True)
