@@ -337,49 +337,62 @@ def bad_inputs(data: bytes, params: dict) -> list[tuple[str, bytes, dict]]:
     ]
 
 
-def bad_caller(url: str, headers: dict, inputs, addresses, stop, answered) -> None:
-    """One caller sending bad input, one request after another, from each of `addresses` in
-    turn, until `stop` is set; then what each was answered, put on `answered`. A process of
-    its own: as a thread of the bench, its client's work (a 21 MB body encoded and sent) held
-    the good callers' client up on the bench's own interpreter lock, and that counted as the
-    web slowing them."""
+def bad_caller(url: str, headers: dict, inputs, addresses, connections, stop, answered) -> None:
+    """One caller sending bad input, one request after another on each of `connections`
+    connections at once, from each of `addresses` in turn, until `stop` is set; then what each
+    was answered, put on `answered`. A process of its own: as a thread of the bench, its
+    client's work (a 21 MB body encoded and sent) held the good callers' client up on the
+    bench's own interpreter lock, and that counted as the web slowing them."""
     import itertools
+    import threading
 
     import httpx
 
     answers = {}
-    clients = [
-        httpx.Client(timeout=120, transport=httpx.HTTPTransport(local_address=address))
-        for address in addresses
-    ]
+    lock = threading.Lock()
     # Each request encoded once, then sent as it is: the caller's own work (a 21 MB multipart
     # body built again each time, 8 ms of this machine's CPU) is no part of what the web spends
     # on it, and a caller elsewhere would not take it from the web's cores.
-    built = []
-    for what, body, query in inputs:
-        request = clients[0].build_request(
-            "POST", url, headers=headers, files={"file": ("bad.jpg", body, "image/jpeg")},
-            data=query,
-        )  # fmt: skip
-        built.append((what, request.read(), request.headers["content-type"]))
+    with httpx.Client() as builder:
+        built = []
+        for what, body, query in inputs:
+            request = builder.build_request(
+                "POST", url, headers=headers, files={"file": ("bad.jpg", body, "image/jpeg")},
+                data=query,
+            )  # fmt: skip
+            built.append((what, request.read(), request.headers["content-type"]))
+
+    def send(first: int) -> None:
+        clients = [
+            httpx.Client(timeout=120, transport=httpx.HTTPTransport(local_address=address))
+            for address in addresses
+        ]
+        try:
+            requests = itertools.islice(itertools.cycle(built), first, None)
+            for (what, content, content_type), client in zip(requests, itertools.cycle(clients)):
+                if stop.is_set():
+                    break
+                sent = time.perf_counter()
+                r = client.post(
+                    url, headers={**headers, "Content-Type": content_type}, content=content
+                )
+                took = time.perf_counter() - sent
+                detail = ""
+                if r.headers.get("content-type", "").startswith("application/json"):
+                    detail = r.json().get("detail", "")
+                with lock:
+                    _, _, count, total = answers.get(what, (0, "", 0, 0.0))
+                    answers[what] = (r.status_code, detail, count + 1, total + took)
+        finally:
+            for client in clients:
+                client.close()
+
     started = time.perf_counter()
-    try:
-        for (what, content, content_type), client in zip(
-            itertools.cycle(built), itertools.cycle(clients)
-        ):
-            if stop.is_set():
-                break
-            sent = time.perf_counter()
-            r = client.post(url, headers={**headers, "Content-Type": content_type}, content=content)
-            took = time.perf_counter() - sent
-            detail = ""
-            if r.headers.get("content-type", "").startswith("application/json"):
-                detail = r.json().get("detail", "")
-            _, _, count, total = answers.get(what, (0, "", 0, 0.0))
-            answers[what] = (r.status_code, detail, count + 1, total + took)
-    finally:
-        for client in clients:
-            client.close()
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     answered.put((answers, time.perf_counter() - started))
 
 
@@ -566,7 +579,12 @@ def main() -> None:
 # Where the bad input comes from: one address, which core.refusal_pacing holds back past its
 # first refusals, and many (a caller spread over addresses, or many careless callers), which
 # it barely does: what the refusals themselves cost the good callers.
-FLOODS = (("one address", ["127.0.0.1"]), ("64 addresses", [f"127.0.1.{i}" for i in range(1, 65)]))
+# (where from, its addresses, connections at once); the good callers' is 127.0.0.1.
+FLOODS = (
+    ("one address", ["127.0.0.2"], 1),
+    ("one address, 32 connections at once", ["127.0.0.2"], 32),
+    ("64 addresses", [f"127.0.1.{i}" for i in range(1, 65)], 1),
+)
 
 
 def bad_input_rows(base_call, key_path, data: bytes, params: dict, n: int):
@@ -581,11 +599,11 @@ def bad_input_rows(base_call, key_path, data: bytes, params: dict, n: int):
     spawn = multiprocessing.get_context("spawn")
     rows, floods = [], []
     client = httpx.Client(timeout=120)
-    for where, addresses in FLOODS:
+    for where, addresses, connections in FLOODS:
         stop, answered = spawn.Event(), spawn.Queue()
         caller = spawn.Process(
             target=bad_caller,
-            args=(url, headers, bad_inputs(data, params), addresses, stop, answered),
+            args=(url, headers, bad_inputs(data, params), addresses, connections, stop, answered),
         )
         caller.start()
         try:

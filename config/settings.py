@@ -380,6 +380,8 @@ PREDICT_KEY_KEPT_SECONDS = env.float("PREDICT_KEY_KEPT_SECONDS", default=10.0)
 REFUSALS_FREE = env.int("REFUSALS_FREE", default=20)
 REFUSALS_WINDOW_SECONDS = env.float("REFUSALS_WINDOW_SECONDS", default=10.0)
 REFUSAL_PAUSE_SECONDS = env.float("REFUSAL_PAUSE_SECONDS", default=0.25)
+# ...and while an address is past REFUSALS_FREE, its predict calls answered this many at a time.
+PACED_CALLS_AT_ONCE = max(1, env.int("PACED_CALLS_AT_ONCE", default=4))
 # Inference: the shared model server (python -m deploy.inference.server) web processes forward
 # predictions to, the token they present to it (and to dedicated endpoints), the ports
 # dedicated endpoints take on this machine, and whether callers may send image URLs.

@@ -1,6 +1,7 @@
 """A client address whose predict calls keep being refused is answered more slowly
 (core.refusal_pacing): past REFUSALS_FREE refusals within the window each one is held, and says
-so; calls that are not refused, other routes, and other addresses are not held.
+so, and its calls are answered PACED_CALLS_AT_ONCE at a time; calls that are not refused, other
+routes, and other addresses are not held.
 
 Against the real web server (`python -m config.web`, as `make run` serves it), where the
 pacing sits in front of the request guard and the predict route; and its window on its own.
@@ -9,6 +10,7 @@ pacing sits in front of the request guard and the predict route; and its window 
 import http.client
 import io
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -34,21 +36,35 @@ def form(data: bytes) -> tuple[bytes, dict]:
     return request.read(), {"Content-Type": request.headers["content-type"]}
 
 
-def post(web, path: str, body: bytes, **headers: str) -> tuple[int, dict, float]:
-    """One call on a connection of its own: status, headers, seconds until the answer."""
-    connection = http.client.HTTPConnection("127.0.0.1", web.port, timeout=30)
+def post(
+    web, path: str, body: bytes, source: str = "127.0.0.1", **headers: str
+) -> tuple[int, dict, float]:
+    """One call on a connection of its own, from address `source`: status, headers, seconds
+    until the answer."""
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", web.port, timeout=30, source_address=(source, 0)
+    )
     try:
         started = time.monotonic()
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
         response.read()
-        return response.status, dict(response.getheaders()), time.monotonic() - started
+        fields: dict[str, str] = {}
+        for name, value in response.getheaders():  # a header sent twice: one list (RFC 9110)
+            fields[name.lower()] = (
+                f"{fields[name.lower()]}, {value}" if name.lower() in fields else value
+            )
+        return response.status, fields, time.monotonic() - started
     finally:
         connection.close()
 
 
 def paced(fields: dict) -> bool:
     return "paced;dur=" in fields.get("server-timing", "")
+
+
+def queued(fields: dict) -> bool:
+    return "queued;dur=" in fields.get("server-timing", "")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -99,6 +115,49 @@ def test_refused_predict_calls_past_the_free_ones_are_held_and_others_are_not(tm
         assert status == 503 and not paced(fields), (status, fields)
         status, fields, _ = post(web, "/api/v1/workspaces/nowhere/projects", b"{}", **key)
         assert 400 <= status < 500 and not paced(fields), (status, fields)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_an_address_past_its_free_refusals_is_answered_a_few_calls_at_a_time(tmp_path, team):
+    """Holding each refusal paces one connection; a client with many connections at once is
+    paced by answering its calls a few at a time. Other addresses do not wait."""
+    model = trained_model_row(workspace=team.workspace, class_names=["bird"])
+    _, raw = api_key_create(access=team.access("owner"), name="k", scopes=["predict"])
+    bad, multipart = form(b"not an image")
+    key = {"Authorization": f"Bearer {raw}", **multipart}
+    predict = f"/api/v1/models/{model.pk}/predict"
+    at_once = 6
+    with web_server(
+        tmp_path,
+        REFUSALS_FREE="2",
+        REFUSALS_WINDOW_SECONDS="600",
+        REFUSAL_PAUSE_SECONDS=str(PAUSE),
+        PACED_CALLS_AT_ONCE="1",
+        INFERENCE_URL="http://127.0.0.1:9",
+    ) as web:
+        # At once while nothing was refused yet: not queued.
+        with ThreadPoolExecutor(at_once) as pool:
+            first = list(pool.map(lambda _: post(web, predict, bad, **key), range(2)))
+        assert [status for status, _, _ in first] == [400, 400], first
+        assert not any(queued(fields) or paced(fields) for _, fields, _ in first), first
+
+        # Past its free refusals: six calls at once are answered one after another, each held.
+        started = time.monotonic()
+        with ThreadPoolExecutor(at_once) as pool:
+            calls = list(pool.map(lambda _: post(web, predict, bad, **key), range(at_once)))
+            # Meanwhile another address is answered at once, neither held nor queued.
+            time.sleep(PAUSE / 2)
+            status, fields, took = post(web, predict, bad, source="127.0.0.2", **key)
+        assert status == 400 and not queued(fields) and not paced(fields), fields
+        assert took < PAUSE, took
+        assert all(status == 400 and paced(fields) for status, fields, _ in calls), calls
+        assert sum(queued(fields) for _, fields, _ in calls) >= at_once - 1, calls
+        assert time.monotonic() - started >= at_once * PAUSE
+
+        # Once none of its calls is in, none waits for a gate that is gone.
+        status, fields, _ = post(web, predict, bad, **key)
+        assert status == 400 and paced(fields) and not queued(fields), fields
 
 
 def test_the_window_frees_an_address_and_addresses_are_counted_apart(settings):
