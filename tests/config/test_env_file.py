@@ -20,8 +20,17 @@ SET_ALREADY=from-the-file
 """
 
 
-def _env(tmp_path: Path, **extra) -> dict[str, str]:
-    return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **extra}
+def _run(args: list[str], tmp_path: Path, **env: str) -> str:
+    """`args` run in the checkout with a bare environment (and `env`); what it printed."""
+    return subprocess.run(
+        args,
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
 
 
 def test_the_shell_gets_the_file_s_variables_quoted_and_the_environment_wins(tmp_path):
@@ -31,16 +40,8 @@ def test_the_shell_gets_the_file_s_variables_quoted_and_the_environment_wins(tmp
         f'eval "$({sys.executable} -m config.env_file {dot_env})"; '
         'printf "%s|" "$PORT" "$HOST" "$REDIS_URL" "$QUOTED" "$SET_ALREADY" "$KESTREL_VAR_DIR"'
     )
-    out = subprocess.run(
-        ["bash", "-euc", script],
-        cwd=ROOT,
-        env=_env(tmp_path, SET_ALREADY="from-the-environment"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert out.stdout.split("|")[:-1] == [
+    out = _run(["bash", "-euc", script], tmp_path, SET_ALREADY="from-the-environment")
+    assert out.split("|")[:-1] == [
         "9123",
         "localhost",
         "redis://127.0.0.1:6379/5",
@@ -51,16 +52,8 @@ def test_the_shell_gets_the_file_s_variables_quoted_and_the_environment_wins(tmp
 
 
 def test_no_file_no_lines(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "config.env_file", str(tmp_path / "absent")],
-        cwd=ROOT,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert out.stdout == "" and out.stderr == ""
+    out = _run([sys.executable, "-m", "config.env_file", str(tmp_path / "absent")], tmp_path)
+    assert out == ""
 
 
 def test_make_run_reads_its_own_variables_from_the_file():
@@ -78,15 +71,7 @@ def test_the_settings_take_the_var_folder_from_the_file(tmp_path):
         "from django.conf import settings; import django; django.setup(); "
         "print(settings.VAR_DIR); print(settings.CACHES['default']['LOCATION'])"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=_env(tmp_path, DJANGO_SETTINGS_MODULE="config.settings"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    var_dir, cache = out.stdout.split()[-2:]
+    out = _run([sys.executable, "-c", code], tmp_path, DJANGO_SETTINGS_MODULE="config.settings")
+    var_dir, cache = out.split()[-2:]
     assert var_dir == str(tmp_path / "elsewhere")
     assert cache.startswith("redis://127.0.0.1:6379/5")
